@@ -1,0 +1,3 @@
+from decent.platform.cli import entry
+
+entry()

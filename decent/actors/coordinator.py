@@ -1,0 +1,36 @@
+"""The Coordinator actor: the router of a Ray run.
+
+ClientActors post each phase's outgoing messages in one call; payloads are object refs
+(put by the senders), so the Coordinator checks edges and counts bytes without touching
+tensor data. When the driver closes a phase, the Coordinator packs each actor's inboxes
+into one object and returns the references, which the driver hands to the actors' next
+phase call: messages never pass through the driver.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from decent.platform.config import RunConfig
+from decent.platform.messages import Message
+from decent.platform.router import RoundTraffic, Router
+from decent.strategies.registry import STRATEGIES
+from decent.topologies import build_topology
+
+
+@ray.remote(num_cpus=0)
+class Coordinator:
+    def __init__(self, cfg: RunConfig, groups: list[list[int]]) -> None:
+        self.groups = groups
+        self.router = Router(build_topology(cfg.topology), cfg.strategy.name, cfg.network)
+        STRATEGIES.entry(cfg.strategy.name)  # fail early on a bad name
+
+    def post(self, round_: int, phase: str, messages: list[Message]) -> None:
+        self.router.post(round_, phase, messages)
+
+    def advance(self) -> list[ray.ObjectRef]:
+        self.router.advance()
+        return [ray.put(self.router.take(cids)) for cids in self.groups]
+
+    def end_round(self) -> tuple[RoundTraffic, int]:
+        return self.router.end_round(), self.router.max_edge_bytes_total

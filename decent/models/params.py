@@ -1,0 +1,44 @@
+"""Reading and writing a model's trainable parameters as named tensors or one vector."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def trainable_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The live trainable parameters by name (no copy)."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def snapshot(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """A detached copy of the trainable parameters (optionally cast for the wire)."""
+    return {
+        name: p.detach().to(dtype=dtype or p.dtype, copy=True)
+        for name, p in trainable_params(model).items()
+    }
+
+
+@torch.no_grad()
+def load(model: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
+    """Copy ``values`` into the model's trainable parameters in place."""
+    live = trainable_params(model)
+    for name, value in values.items():
+        live[name].copy_(value)
+
+
+def flat_vector(model: torch.nn.Module) -> np.ndarray:
+    """All trainable parameters as one float64 vector (for averages and distances)."""
+    return torch.cat(
+        [p.detach().reshape(-1).to("cpu", torch.float64) for p in trainable_params(model).values()]
+    ).numpy()
+
+
+@torch.no_grad()
+def load_flat(model: torch.nn.Module, vector: np.ndarray) -> None:
+    """Inverse of :func:`flat_vector` (cast to each parameter's dtype)."""
+    offset = 0
+    for p in trainable_params(model).values():
+        chunk = torch.tensor(vector[offset : offset + p.numel()])  # copies: may be read-only
+        p.copy_(chunk.reshape(p.shape).to(p.dtype))
+        offset += p.numel()

@@ -1,0 +1,98 @@
+"""The ``decent`` command line.
+
+    decent run CONFIG.yaml [key=value ...]   run an experiment
+    decent topo NAME --n 16 [...]            describe a communication graph
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from decent.platform.errors import ConfigError
+
+
+def _run(args: argparse.Namespace) -> int:
+    from decent.platform.config import load_config
+    from decent.platform.runner import run
+
+    cfg = load_config(args.config, args.overrides)
+    result = run(cfg)
+    print(format_summary(result.summary))
+    print(f"run directory: {result.run_dir}")
+    offline = sorted(result.run_dir.glob("wandb/offline-run-*"))
+    if offline:
+        print(f"W&B (offline): wandb sync {offline[0]}")
+    return 0
+
+
+def _topo(args: argparse.Namespace) -> int:
+    from decent.topologies import TopologyConfig, build_topology, format_summary, summarize
+
+    fields: dict[str, Any] = {"name": args.name, "n": args.n, "seed": args.seed,
+                              "weights": args.weights}
+    for key in ("p", "degree", "rows"):
+        if getattr(args, key) is not None:
+            fields[key] = getattr(args, key)
+    topology = build_topology(TopologyConfig(**fields))
+    print(format_summary(summarize(topology, args.round)))
+    return 0
+
+
+SUMMARY_ROWS = (
+    ("strategy", "strategy", "{}"),
+    ("topology", "topology", "{}"),
+    ("clients", "clients", "{}"),
+    ("backend", "backend", "{}"),
+    ("rounds", "rounds", "{}"),
+    ("final train loss", "final_loss", "{:.4f}"),
+    ("GMP test accuracy", "gmp_accuracy", "{:.4f}"),
+    ("client accuracy (mean)", "client_accuracy_mean", "{:.4f}"),
+    ("consensus distance", "consensus_distance", "{:.3e}"),
+    ("bytes sent (total)", "bytes_total", "{:,}"),
+    ("max bytes on one edge", "max_edge_bytes_total", "{:,}"),
+    ("simulated comm time", "sim_time_total_s", "{:.3f} s"),
+    ("wall time", "wall_s", "{:.1f} s"),
+)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    width = max(len(label) for label, _, _ in SUMMARY_ROWS)
+    lines = [f"{label:<{width}}  {fmt.format(summary[key])}"
+             for label, key, fmt in SUMMARY_ROWS if key in summary]
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="decent", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run an experiment from a YAML config")
+    r.add_argument("config", help="YAML config file (e.g. experiments/quickstart.yaml)")
+    r.add_argument("overrides", nargs="*", help="key=value overrides, e.g. strategy.lr=0.1")
+    r.set_defaults(func=_run)
+    t = sub.add_parser("topo", help="describe a topology")
+    t.add_argument("name")
+    t.add_argument("--n", type=int, default=16)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
+    t.add_argument("--degree", type=int, help="degree (random_regular)")
+    t.add_argument("--rows", type=int, help="grid rows (meshgrid, torus)")
+    t.add_argument("--weights", default="metropolis", help="metropolis | uniform")
+    t.add_argument("--round", type=int, default=0, help="round (time-varying graphs)")
+    t.set_defaults(func=_topo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Combining what client groups report into the run's evaluation metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def mean_model(sums: list[np.ndarray], n: int) -> np.ndarray:
+    """θ̄ = Σ θ_i / n, rounded to float32 (and held as float64).
+
+    Rounding makes θ̄ the same whichever way the float64 partial sums were grouped
+    (clients per actor), so every metric derived from it is identical across backends."""
+    return (np.sum(sums, axis=0) / n).astype(np.float32).astype(np.float64)
+
+
+def combine(reports: list[dict[str, Any]]) -> dict[str, float]:
+    """Merge per-group evaluation reports; reductions run in client order."""
+    sq_dist: dict[int, float] = {}
+    accuracy: dict[int, float] = {}
+    metrics: dict[str, float] = {}
+    for report in reports:
+        sq_dist.update(report["sq_dist"])
+        accuracy.update(report["client_accuracy"])
+        if "gmp" in report:
+            metrics.update({f"gmp_{k}": v for k, v in report["gmp"].items()})
+    dists = [sq_dist[c] for c in sorted(sq_dist)]
+    metrics["consensus_distance"] = float(sum(dists) / len(dists))
+    if accuracy:
+        accs = [accuracy[c] for c in sorted(accuracy)]
+        metrics["client_accuracy_mean"] = float(sum(accs) / len(accs))
+        metrics["client_accuracy_min"] = float(min(accs))
+        metrics["client_accuracy_max"] = float(max(accs))
+    return metrics
+
+
+def merge_stats(per_client: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Mean of each per-client statistic over the clients that reported it."""
+    keys = sorted({k for stats in per_client.values() for k in stats})
+    out = {}
+    for key in keys:
+        values = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]
+        out[key] = float(sum(values) / len(values))
+    return out

@@ -1,0 +1,120 @@
+"""A group of clients hosted together: what a ClientActor wraps on Ray, and what the
+local backend runs with every client in it.
+
+Everything a client computes depends only on the run config, its id and its inbox, so
+results do not depend on how clients are grouped or which backend runs them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from decent.models import params
+from decent.models.registry import MODELS
+from decent.platform.config import RunConfig
+from decent.platform.errors import StrategyError
+from decent.platform.messages import Message, wire_size
+from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.registry import STRATEGIES
+from decent.tasks.registry import TASKS
+from decent.topologies import build_topology
+
+
+def resolve_device(cfg: RunConfig, has_gpu: bool | None = None) -> torch.device:
+    if cfg.device == "auto":
+        use_cuda = torch.cuda.is_available() if has_gpu is None else has_gpu
+        return torch.device("cuda" if use_cuda else "cpu")
+    return torch.device(cfg.device)
+
+
+def client_seed(seed: int, cid: int) -> int:
+    """An independent 63-bit seed per (run seed, client)."""
+    return int(np.random.SeedSequence([seed, cid]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def build_strategy(cfg: RunConfig) -> Strategy:
+    return STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, cfg.n)
+
+
+class ClientGroup:
+    def __init__(self, cfg: RunConfig, cids: list[int], device: torch.device) -> None:
+        torch.set_num_threads(cfg.torch_threads)
+        self.cfg = cfg
+        self.cids = list(cids)
+        self.device = device
+        self.topology = build_topology(cfg.topology)
+        self.strategy = build_strategy(cfg)
+        self.task = TASKS.entry(cfg.task.name).build(cfg.task, cfg.seed)
+        torch.manual_seed(cfg.seed)  # every replica starts from the same initial model
+        self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
+        self.base_model.to(device)
+        holders = self.strategy.data_holders()
+        shards = self.task.client_data(holders, device)
+        self.clients: dict[int, Client] = {}
+        for cid in self.cids:
+            client = Client(
+                cid=cid,
+                model=copy.deepcopy(self.base_model),
+                data=shards.get(cid),
+                device=device,
+                generator=torch.Generator().manual_seed(client_seed(cfg.seed, cid)),
+            )
+            self.strategy.init_client(client)
+            self.clients[cid] = client
+
+    def run_phase(
+        self, round_: int, phase: str, inboxes: dict[int, list[Message]]
+    ) -> list[Message]:
+        """Run ``phase`` for every hosted client; their outgoing messages, sized."""
+        ctx = PhaseContext(round_, phase, self.topology.round_graph(round_), self.task)
+        outgoing: list[Message] = []
+        for cid in self.cids:
+            sent = self.strategy.run_phase(phase, self.clients[cid], inboxes.get(cid, []), ctx)
+            for seq, msg in enumerate(sent):
+                if msg.src != cid:
+                    raise StrategyError(
+                        f"strategy '{self.strategy.name}': client {cid} sent a message "
+                        f"claiming to come from {msg.src} (round {round_}, phase '{phase}')"
+                    )
+                msg.seq = seq
+                msg.nbytes = wire_size(msg.payload)
+            outgoing.extend(sent)
+        return outgoing
+
+    def pop_stats(self) -> dict[int, dict[str, float]]:
+        """Per-client statistics the strategy recorded since the last call."""
+        out = {}
+        for cid, client in self.clients.items():
+            if client.stats:
+                out[cid], client.stats = client.stats, {}
+        return out
+
+    def param_sum(self) -> np.ndarray:
+        """Σ θ_i over hosted clients in float64, summed in client order."""
+        total = None
+        for cid in self.cids:
+            vec = params.flat_vector(self.clients[cid].model)
+            total = vec if total is None else total + vec
+        assert total is not None
+        return total
+
+    def evaluate(self, mean: np.ndarray, gmp: bool, per_client: bool) -> dict[str, Any]:
+        """Squared distance of each client to the mean model, each client's test accuracy
+        (if ``per_client``) and the test metrics of the mean model itself (if ``gmp``)."""
+        out: dict[str, Any] = {"sq_dist": {}, "client_accuracy": {}}
+        for cid in self.cids:
+            model = self.clients[cid].model
+            out["sq_dist"][cid] = float(np.sum((params.flat_vector(model) - mean) ** 2))
+            if per_client:
+                out["client_accuracy"][cid] = self.task.evaluate(model, self.device)["accuracy"]
+        if gmp:
+            params.load_flat(self.base_model, mean)
+            out["gmp"] = self.task.evaluate(self.base_model, self.device)
+        return out
+
+    def client_vectors(self) -> dict[int, np.ndarray]:
+        return {cid: params.flat_vector(c.model) for cid, c in self.clients.items()}

@@ -1,0 +1,97 @@
+"""Messages between clients and the wire sizes that the communication figures count.
+
+A strategy never types a byte count: the platform derives the wire size of every payload
+from what it holds, so a figure like "12 bytes per SeedFlood message" or "4·d bytes per
+DSGD edge" is a consequence of the payload, not a claim.
+
+Payload leaves and their sizes on the wire:
+
+* ``torch.Tensor`` / ``numpy.ndarray`` — ``numel × element size`` of its dtype;
+* :class:`Seed` — 8 bytes (a 64-bit RNG seed);
+* :class:`Scalar` — 4 bytes (one float32);
+* :class:`Declared` — a compressed payload that states its own size; the compression
+  module computes it from the arrays it really sends (indices + values at their dtypes);
+* ``dict`` / ``list`` / ``tuple`` of the above — the sum of the values. Dict keys (e.g.
+  parameter names) are free: both ends know the model architecture.
+
+Message headers (src, dst, tag, round) are not counted: a real system would amortise them
+over a connection, and every method here would pay the same few bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from decent.platform.errors import StrategyError
+
+SEED_BYTES = 8
+SCALAR_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A 64-bit seed: 8 bytes on the wire."""
+
+    value: int
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A float32 scalar: 4 bytes on the wire."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A payload whose wire size is computed by the code that encoded it.
+
+    Used for compressed payloads where the in-memory form (say, a dense tensor with
+    zeros) differs from what crosses the network (index/value pairs)."""
+
+    payload: Any
+    nbytes: int
+
+
+@dataclass
+class Message:
+    """One message from client ``src`` to its neighbour ``dst``.
+
+    ``seq`` and ``nbytes`` are filled in by the platform when the message is posted:
+    ``seq`` orders messages of one source within a phase (inboxes are sorted by
+    ``(src, seq)``, so delivery order never depends on scheduling)."""
+
+    src: int
+    dst: int
+    tag: str
+    payload: Any
+    seq: int = 0
+    nbytes: int = 0
+
+
+def wire_size(payload: Any) -> int:
+    """Bytes that ``payload`` occupies on the wire (see the module docstring)."""
+    if payload is None:
+        return 0
+    if isinstance(payload, torch.Tensor):
+        return payload.numel() * payload.element_size()
+    if isinstance(payload, np.ndarray):
+        return int(payload.nbytes)
+    if isinstance(payload, Seed):
+        return SEED_BYTES
+    if isinstance(payload, Scalar):
+        return SCALAR_BYTES
+    if isinstance(payload, Declared):
+        return int(payload.nbytes)
+    if isinstance(payload, dict):
+        return sum(wire_size(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(wire_size(v) for v in payload)
+    raise StrategyError(
+        f"payload of type {type(payload).__name__} has no wire size: send tensors, "
+        "wrap seeds in Seed and float scalars in Scalar, or a Declared compressed payload"
+    )

@@ -1,0 +1,131 @@
+"""One run from a validated config to its run directory.
+
+Order matters for "nothing half-written": the config, topology and strategy are checked,
+then the backend builds every client (data and models loaded, actors started), and only
+then is the run directory created."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from decent.platform.config import RunConfig, to_yaml
+from decent.platform.evaluation import merge_stats
+from decent.platform.group import build_strategy
+from decent.platform.router import RoundTraffic
+from decent.platform.rundir import RunDir
+from decent.platform.tracking import Tracker
+from decent.topologies import build_topology
+
+
+class Backend(Protocol):
+    max_edge_bytes_total: int
+
+    def run_round(self, round_: int) -> tuple[dict[int, dict[str, float]], RoundTraffic]: ...
+    def evaluate(self, per_client: bool) -> dict[str, float]: ...
+    def client_vectors(self) -> dict[int, np.ndarray]: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check(cfg: RunConfig) -> None:
+    """Checks that need the topology: it exists, it is connected, the method accepts it."""
+    topology = build_topology(cfg.topology)
+    build_strategy(cfg).check_topology(topology)
+
+
+def make_backend(cfg: RunConfig) -> Backend:
+    if cfg.backend == "ray":
+        from decent.platform.ray_backend import RayBackend
+
+        return RayBackend(cfg)
+    from decent.platform.local_backend import LocalBackend
+
+    return LocalBackend(cfg)
+
+
+def eval_due(cfg: RunConfig, round_: int) -> bool:
+    last = round_ == cfg.rounds - 1
+    return last or (cfg.eval.every > 0 and (round_ + 1) % cfg.eval.every == 0)
+
+
+def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
+    check(cfg)
+    backend = backend or make_backend(cfg)
+    try:
+        return _run(cfg, backend)
+    finally:
+        backend.close()
+
+
+def _run(cfg: RunConfig, backend: Backend) -> RunResult:
+    rows: list[dict[str, Any]] = []
+    with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
+        rd.write_text("config.yaml", to_yaml(cfg))
+        tracker = Tracker(cfg, rd.path, rd.run_id)
+        summary: dict[str, Any] | None = None
+        try:
+            bytes_total, sim_total, started = 0, 0.0, time.perf_counter()
+            bar = tqdm(range(cfg.rounds), desc=cfg.name, disable=not cfg.tracking.progress,
+                       unit="round", dynamic_ncols=True)
+            for r in bar:
+                t0 = time.perf_counter()
+                stats, traffic = backend.run_round(r)
+                wall = time.perf_counter() - t0
+                bytes_total += traffic.bytes
+                sim_total += traffic.sim_time_s
+                row: dict[str, Any] = {
+                    "round": r,
+                    **merge_stats(stats),
+                    "bytes": traffic.bytes,
+                    "bytes_total": bytes_total,
+                    "messages": traffic.messages,
+                    "max_edge_bytes": traffic.max_edge_bytes,
+                    "max_edge_bytes_total": backend.max_edge_bytes_total,
+                    "sim_time_s": traffic.sim_time_s,
+                    "sim_time_total_s": sim_total,
+                    "wall_s": wall,
+                }
+                if eval_due(cfg, r):
+                    row.update(backend.evaluate(cfg.eval.per_client))
+                rows.append(row)
+                tracker.log(row)
+                bar.set_postfix({k: f"{row[k]:.4g}" for k in ("loss", "gmp_accuracy") if k in row})
+            summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
+            rd.write_json("summary.json", summary)
+        finally:
+            tracker.close(summary)
+    return RunResult(rd.path, summary, rows)
+
+
+def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: str) -> dict:
+    last_eval = next(r for r in reversed(rows) if "consensus_distance" in r)
+    summary = {
+        "run_id": run_id,
+        "name": cfg.name,
+        "strategy": cfg.strategy.name,
+        "topology": cfg.topology.name,
+        "clients": cfg.n,
+        "backend": cfg.backend,
+        "rounds": cfg.rounds,
+        "wall_s": wall,
+        "bytes_total": rows[-1]["bytes_total"],
+        "max_edge_bytes_total": rows[-1]["max_edge_bytes_total"],
+        "sim_time_total_s": rows[-1]["sim_time_total_s"],
+    }
+    if "loss" in rows[-1]:
+        summary["final_loss"] = rows[-1]["loss"]
+    summary.update({k: v for k, v in last_eval.items()
+                    if k.startswith(("gmp_", "client_accuracy", "consensus"))})
+    return summary

@@ -1,0 +1,81 @@
+"""The strategy contract.
+
+A strategy is a decentralized training method written as the paper's algorithm box:
+
+* ``Config`` — a dataclass of its hyper-parameters (validated before anything runs);
+* :meth:`Strategy.phases` — the phases of round ``t``; every client runs each phase in
+  turn, and the messages sent in one phase are the inbox of the next one (the last
+  phase's messages arrive in the first phase of the next round);
+* one method per phase, ``(client, inbox, ctx) -> messages to send``.
+
+Strategies see clients, tensors and plain-Python graph views only: they never import
+ray or networkx, so the same code runs on the local backend and on Ray actors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from decent.platform.messages import Message
+from decent.tasks.base import ClientData, Task
+from decent.topologies import RoundGraph, Topology
+
+
+@dataclass
+class Client:
+    """One simulated client: its model replica, its data shard and its private state.
+
+    ``state`` belongs to the strategy (optimizer, public copies, message logs...);
+    ``generator`` is the client's own RNG, seeded from the run seed and the client id,
+    so a client draws the same batches whichever actor hosts it."""
+
+    cid: int
+    model: torch.nn.Module
+    data: ClientData | None
+    device: torch.device
+    generator: torch.Generator
+    state: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PhaseContext:
+    """What a client may know about the current phase."""
+
+    round: int
+    phase: str
+    graph: RoundGraph
+    task: Task
+
+
+class Strategy:
+    """Base class; subclasses set ``name`` and ``Config`` and define the phase methods."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, cfg: Any, n: int) -> None:
+        self.cfg = cfg
+        self.n = n
+
+    def check_topology(self, topology: Topology) -> None:
+        """Raise ConfigError if the method cannot run on this graph."""
+
+    def data_holders(self) -> list[int]:
+        """Clients that own training data (a server vertex holds none)."""
+        return list(range(self.n))
+
+    def phases(self, round_: int) -> Sequence[str]:
+        raise NotImplementedError
+
+    def init_client(self, client: Client) -> None:
+        """Create the client's strategy state before round 0."""
+
+    def run_phase(
+        self, phase: str, client: Client, inbox: list[Message], ctx: PhaseContext
+    ) -> list[Message]:
+        return getattr(self, phase)(client, inbox, ctx) or []

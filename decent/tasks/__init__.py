@@ -1,0 +1,1 @@
+"""Tasks: datasets, their partition across clients, losses and evaluation."""

@@ -1,0 +1,48 @@
+"""What every task provides to strategies and to evaluation."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ClientData:
+    """A client's local training shard, kept as tensors on the client's device."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """A batch drawn uniformly with replacement, using the client's own RNG."""
+        idx = torch.randint(len(self), (batch_size,), generator=generator)
+        idx = idx.to(self.x.device)
+        return self.x[idx], self.y[idx]
+
+
+class Task(ABC):
+    """A dataset, its partition across clients, a loss and an evaluation."""
+
+    name: str
+
+    @abstractmethod
+    def model_spec(self) -> dict[str, Any]:
+        """What a model builder needs to know (input size, number of classes...)."""
+
+    @abstractmethod
+    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
+        """The training shard of every data-holding client (deterministic in the seed)."""
+
+    @abstractmethod
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Training loss of ``model`` on ``batch`` (a scalar tensor with grad)."""
+
+    @abstractmethod
+    def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        """Test metrics of ``model``; must include ``accuracy`` and ``loss``."""

@@ -1,0 +1,74 @@
+"""scikit-learn's ``digits``: 1 797 8×8 images of handwritten digits, shipped with
+scikit-learn (no download), the platform's smallest real classification task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from decent.platform.errors import ConfigError
+from decent.tasks.base import ClientData, Task
+from decent.tasks.partition import partition
+
+
+@dataclass
+class DigitsConfig:
+    name: str = "digits"
+    partition: str = "iid"
+    alpha: float = 0.5
+    test_fraction: float = 0.2
+
+    def validate(self, prefix: str = "task") -> None:
+        if not 0 < self.test_fraction < 1:
+            raise ConfigError(
+                f"{prefix}.test_fraction", f"must be in (0, 1) (got {self.test_fraction})"
+            )
+
+
+class DigitsTask(Task):
+    name = "digits"
+
+    def __init__(self, cfg: DigitsConfig, seed: int) -> None:
+        from sklearn.datasets import load_digits
+
+        self.cfg = cfg
+        self.seed = seed
+        data = load_digits()
+        x = (data.data / 16.0).astype(np.float32)  # pixel intensities are 0..16
+        y = data.target.astype(np.int64)
+        order = np.random.default_rng(seed).permutation(len(y))
+        n_test = round(cfg.test_fraction * len(y))
+        test, train = order[:n_test], order[n_test:]
+        self.x_train, self.y_train = x[train], y[train]
+        self.x_test, self.y_test = torch.from_numpy(x[test]), torch.from_numpy(y[test])
+
+    def model_spec(self) -> dict[str, Any]:
+        return {"input_dim": 64, "num_classes": 10}
+
+    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
+        parts = partition(self.y_train, len(holders), self.cfg.partition, self.cfg.alpha, self.seed)
+        return {
+            cid: ClientData(
+                torch.from_numpy(self.x_train[idx]).to(device),
+                torch.from_numpy(self.y_train[idx]).to(device),
+            )
+            for cid, idx in zip(holders, parts, strict=True)
+        }
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        model.eval()
+        logits = model(self.x_test.to(device))
+        y = self.y_test.to(device)
+        return {
+            "accuracy": float((logits.argmax(-1) == y).float().mean()),
+            "loss": float(F.cross_entropy(logits, y)),
+        }

@@ -1,0 +1,32 @@
+"""Communication topologies: which clients may talk to whom, and with which weights.
+
+A run's ``topology`` config is turned into a :class:`Topology` by :func:`build_topology`.
+The platform asks it for a :class:`RoundGraph` every round — a plain-Python snapshot with
+neighbour lists, mixing weights and an O(1) edge test — so strategies never touch
+networkx. Static graphs are checked to be connected up front (a disconnected graph can
+never reach consensus); ``one_peer``/``two_peer`` draw fresh random matchings each round.
+The mixing matrices and spectral figures here are the ones the decentralized-optimisation
+literature states its convergence rates in.
+"""
+
+from __future__ import annotations
+
+from decent.topologies.analysis import format_summary, spectral_gap, summarize
+from decent.topologies.builders import TOPOLOGIES, Topology, TopologyConfig, build_topology
+from decent.topologies.mixing import laplacian, metropolis_weights, mixing_matrix, uniform_weights
+from decent.topologies.round_graph import RoundGraph
+
+__all__ = [
+    "TOPOLOGIES",
+    "RoundGraph",
+    "Topology",
+    "TopologyConfig",
+    "build_topology",
+    "format_summary",
+    "laplacian",
+    "metropolis_weights",
+    "mixing_matrix",
+    "spectral_gap",
+    "summarize",
+    "uniform_weights",
+]

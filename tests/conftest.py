@@ -1,0 +1,37 @@
+"""Shared fixtures: offline everything, one small Ray session for the whole test run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests never touch the network: W&B offline, Hugging Face offline, Ray on 127.0.0.1.
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.pop("RAY_ADDRESS", None)
+
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One embedded Ray for every test that needs it, shut down at the end."""
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=200 * 2**20,
+            log_to_driver=False,
+        )
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()

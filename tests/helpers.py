@@ -1,0 +1,24 @@
+"""Small configs shared by the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def tiny(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """A small digits config as a dict; keyword arguments replace whole top-level keys."""
+    cfg: dict[str, Any] = {
+        "name": "t",
+        "seed": 0,
+        "rounds": 3,
+        "topology": {"name": "ring", "n": 6},
+        "strategy": {"name": "dsgd", "local_steps": 2, "batch_size": 8, "lr": 0.1},
+        "task": {"name": "digits"},
+        "model": {"name": "mlp", "hidden": [16]},
+        "eval": {"every": 1, "per_client": True},
+        "tracking": {"out_dir": str(tmp_path / "runs"), "progress": False,
+                     "wandb": {"mode": "disabled"}},
+    }
+    cfg.update(sections)
+    return cfg

@@ -1,0 +1,53 @@
+"""What a run leaves behind: run directory, metrics, summary, saved config, W&B files."""
+
+import json
+
+import pytest
+
+from decent.platform.config import from_dict, load_config, to_yaml
+from decent.platform.local_backend import LocalBackend
+from decent.platform.runner import run
+from tests.helpers import tiny
+
+
+def test_run_directory_contents(tmp_path):
+    cfg = from_dict(tiny(tmp_path, rounds=4, eval={"every": 2, "per_client": True}))
+    result = run(cfg)
+    out = tmp_path / "runs"
+    assert [p.name for p in out.iterdir()] == [result.run_dir.name]  # no .partial left
+    lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    assert ["gmp_accuracy" in r for r in rows] == [False, True, False, True]
+    assert rows[-1]["bytes_total"] == sum(r["bytes"] for r in rows)
+    assert rows[-1]["max_edge_bytes_total"] == 4 * rows[0]["max_edge_bytes"]
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["bytes_total"] == rows[-1]["bytes_total"]
+    assert summary["gmp_accuracy"] == rows[-1]["gmp_accuracy"]
+    assert 0 <= summary["client_accuracy_min"] <= summary["client_accuracy_mean"] <= 1
+    # the saved config is the resolved one, and it loads back to the same config
+    saved = load_config(result.run_dir / "config.yaml")
+    assert to_yaml(saved) == to_yaml(cfg)
+
+
+def test_failed_run_is_marked_failed_not_partial(tmp_path):
+    cfg = from_dict(tiny(tmp_path, rounds=3))
+    backend = LocalBackend(cfg)
+
+    def explode(round_):
+        raise RuntimeError("boom")
+
+    backend.run_round = explode
+    with pytest.raises(RuntimeError, match="boom"):
+        run(cfg, backend)
+    names = [p.name for p in (tmp_path / "runs").iterdir()]
+    assert len(names) == 1 and names[0].endswith(".failed")
+
+
+def test_wandb_offline_run_files(tmp_path):
+    cfg = from_dict(tiny(tmp_path, rounds=2, tracking={
+        "out_dir": str(tmp_path / "runs"), "progress": False, "wandb": {"mode": "offline"}}))
+    result = run(cfg)
+    offline = list((result.run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1
+    assert list(offline[0].glob("*.wandb"))  # the run's log, ready for `wandb sync`
