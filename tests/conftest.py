@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,14 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real GLUE/SuperGLUE files, which sit beside the checkout in ../shared/data."""
+    from tests.helpers import SHARED_DATA
+
+    if not (SHARED_DATA / "sst2" / "train.jsonl").is_file():
+        pytest.skip(f"shared benchmark data not found at {SHARED_DATA} (it lives beside the "
+                    "checkout, in ../shared/data)")
+    return SHARED_DATA

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# The shared benchmark data folder sits beside the checkout: <parent of repo>/shared/data.
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def tiny(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     """A small digits config as a dict; keyword arguments replace whole top-level keys."""

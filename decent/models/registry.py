@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from decent.models.causal_lm import CausalLMConfig, build_causal_lm
+from decent.models.cnn import CNNConfig, build_cnn
 from decent.models.mlp import MLPConfig, build_mlp
 from decent.platform.registry import Registry
 
 MODELS = Registry("model")
 MODELS.register("mlp", MLPConfig, build_mlp)
+MODELS.register("cnn", CNNConfig, build_cnn)
+MODELS.register("causal_lm", CausalLMConfig, build_causal_lm)

@@ -49,6 +49,8 @@ SUMMARY_ROWS = (
     ("rounds", "rounds", "{}"),
     ("final train loss", "final_loss", "{:.4f}"),
     ("GMP test accuracy", "gmp_accuracy", "{:.4f}"),
+    ("GMP test loss", "gmp_loss", "{:.4f}"),
+    ("GMP perplexity", "gmp_perplexity", "{:.2f}"),
     ("client accuracy (mean)", "client_accuracy_mean", "{:.4f}"),
     ("consensus distance", "consensus_distance", "{:.3e}"),
     ("bytes sent (total)", "bytes_total", "{:,}"),

@@ -18,20 +18,21 @@ def mean_model(sums: list[np.ndarray], n: int) -> np.ndarray:
 def combine(reports: list[dict[str, Any]]) -> dict[str, float]:
     """Merge per-group evaluation reports; reductions run in client order."""
     sq_dist: dict[int, float] = {}
-    accuracy: dict[int, float] = {}
+    per_client: dict[int, dict[str, float]] = {}
     metrics: dict[str, float] = {}
     for report in reports:
         sq_dist.update(report["sq_dist"])
-        accuracy.update(report["client_accuracy"])
+        per_client.update(report["client"])
         if "gmp" in report:
             metrics.update({f"gmp_{k}": v for k, v in report["gmp"].items()})
     dists = [sq_dist[c] for c in sorted(sq_dist)]
     metrics["consensus_distance"] = float(sum(dists) / len(dists))
-    if accuracy:
-        accs = [accuracy[c] for c in sorted(accuracy)]
-        metrics["client_accuracy_mean"] = float(sum(accs) / len(accs))
-        metrics["client_accuracy_min"] = float(min(accs))
-        metrics["client_accuracy_max"] = float(max(accs))
+    for key in sorted({k for m in per_client.values() for k in m}):
+        values = [per_client[c][key] for c in sorted(per_client)]
+        metrics[f"client_{key}_mean"] = float(sum(values) / len(values))
+        if key == "accuracy":  # the spread across clients shows who consensus leaves behind
+            metrics["client_accuracy_min"] = float(min(values))
+            metrics["client_accuracy_max"] = float(max(values))
     return metrics
 
 

@@ -8,6 +8,8 @@ results do not depend on how clients are grouped or which backend runs them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from decent.platform.errors import StrategyError
 from decent.platform.messages import Message, wire_size
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.registry import STRATEGIES
+from decent.tasks.base import Task
 from decent.tasks.registry import TASKS
 from decent.topologies import build_topology
 
@@ -36,6 +39,53 @@ def client_seed(seed: int, cid: int) -> int:
     return int(np.random.SeedSequence([seed, cid]).generate_state(2, np.uint64)[0] >> 1)
 
 
+def replica(base: torch.nn.Module) -> torch.nn.Module:
+    """A client's copy of the initial model that shares every frozen parameter with it.
+
+    Frozen tensors (the base weights under LoRA) are identical between clients and never
+    written, so the clients of one actor hold them once; only trainable tensors are
+    copied."""
+    shared = {id(p): p for p in base.parameters() if not p.requires_grad}
+    return copy.deepcopy(base, memo=shared)
+
+
+@contextmanager
+def own_rng(client: Client) -> Iterator[None]:
+    """Run with torch's global RNG (and the device's) set to the client's own stream.
+
+    Code the strategy does not control draws from the global generators — dropout in
+    peft's LoRA layers, for one — so each client keeps its own state of them, and the
+    draws do not depend on which other clients ran before it in the same process."""
+    cuda = client.device.type == "cuda"
+    saved = torch.random.get_rng_state()
+    saved_cuda = torch.cuda.get_rng_state(client.device) if cuda else None
+    torch.random.set_rng_state(client.rng_states["cpu"])
+    if cuda:
+        torch.cuda.set_rng_state(client.rng_states["cuda"], client.device)
+    try:
+        yield
+    finally:
+        client.rng_states["cpu"] = torch.random.get_rng_state()
+        torch.random.set_rng_state(saved)
+        if cuda:
+            client.rng_states["cuda"] = torch.cuda.get_rng_state(client.device)
+            torch.cuda.set_rng_state(saved_cuda, client.device)
+
+
+def init_rng_states(client: Client, seed: int) -> None:
+    stream = client_seed(seed + 1, client.cid)  # independent of the batch generator's
+    client.rng_states["cpu"] = torch.Generator().manual_seed(stream).get_state()
+    if client.device.type == "cuda":
+        with torch.random.fork_rng(devices=[client.device]):
+            torch.cuda.manual_seed(stream)
+            client.rng_states["cuda"] = torch.cuda.get_rng_state(client.device)
+
+
+def build_task(cfg: RunConfig) -> Task:
+    """The task; LLM tasks read ``cfg.model`` to tokenize with the model's tokenizer."""
+    return TASKS.entry(cfg.task.name).build(cfg.task, cfg.seed, cfg.model)
+
+
 def build_strategy(cfg: RunConfig) -> Strategy:
     return STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, cfg.n)
 
@@ -48,7 +98,7 @@ class ClientGroup:
         self.device = device
         self.topology = build_topology(cfg.topology)
         self.strategy = build_strategy(cfg)
-        self.task = TASKS.entry(cfg.task.name).build(cfg.task, cfg.seed)
+        self.task = build_task(cfg)
         torch.manual_seed(cfg.seed)  # every replica starts from the same initial model
         self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
         self.base_model.to(device)
@@ -58,12 +108,14 @@ class ClientGroup:
         for cid in self.cids:
             client = Client(
                 cid=cid,
-                model=copy.deepcopy(self.base_model),
+                model=replica(self.base_model),
                 data=shards.get(cid),
                 device=device,
                 generator=torch.Generator().manual_seed(client_seed(cfg.seed, cid)),
             )
-            self.strategy.init_client(client)
+            init_rng_states(client, cfg.seed)
+            with own_rng(client):
+                self.strategy.init_client(client)
             self.clients[cid] = client
 
     def run_phase(
@@ -73,7 +125,9 @@ class ClientGroup:
         ctx = PhaseContext(round_, phase, self.topology.round_graph(round_), self.task)
         outgoing: list[Message] = []
         for cid in self.cids:
-            sent = self.strategy.run_phase(phase, self.clients[cid], inboxes.get(cid, []), ctx)
+            client = self.clients[cid]
+            with own_rng(client):
+                sent = self.strategy.run_phase(phase, client, inboxes.get(cid, []), ctx)
             for seq, msg in enumerate(sent):
                 if msg.src != cid:
                     raise StrategyError(
@@ -103,14 +157,14 @@ class ClientGroup:
         return total
 
     def evaluate(self, mean: np.ndarray, gmp: bool, per_client: bool) -> dict[str, Any]:
-        """Squared distance of each client to the mean model, each client's test accuracy
+        """Squared distance of each client to the mean model, each client's test metrics
         (if ``per_client``) and the test metrics of the mean model itself (if ``gmp``)."""
-        out: dict[str, Any] = {"sq_dist": {}, "client_accuracy": {}}
+        out: dict[str, Any] = {"sq_dist": {}, "client": {}}
         for cid in self.cids:
             model = self.clients[cid].model
             out["sq_dist"][cid] = float(np.sum((params.flat_vector(model) - mean) ** 2))
             if per_client:
-                out["client_accuracy"][cid] = self.task.evaluate(model, self.device)["accuracy"]
+                out["client"][cid] = self.task.evaluate(model, self.device)
         if gmp:
             params.load_flat(self.base_model, mean)
             out["gmp"] = self.task.evaluate(self.base_model, self.device)

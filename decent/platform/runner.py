@@ -101,7 +101,8 @@ def _run(cfg: RunConfig, backend: Backend) -> RunResult:
                     row.update(backend.evaluate(cfg.eval.per_client))
                 rows.append(row)
                 tracker.log(row)
-                bar.set_postfix({k: f"{row[k]:.4g}" for k in ("loss", "gmp_accuracy") if k in row})
+                shown = ("loss", "gmp_accuracy", "gmp_perplexity")
+                bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
             summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
             rd.write_json("summary.json", summary)
         finally:
@@ -127,5 +128,5 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: s
     if "loss" in rows[-1]:
         summary["final_loss"] = rows[-1]["loss"]
     summary.update({k: v for k, v in last_eval.items()
-                    if k.startswith(("gmp_", "client_accuracy", "consensus"))})
+                    if k.startswith(("gmp_", "client_", "consensus"))})
     return summary

@@ -40,6 +40,9 @@ class Client:
     generator: torch.Generator
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
+    # The client's own state of torch's global RNG (dropout, e.g. LoRA's, draws from it):
+    # swapped in while the client computes, so results do not depend on grouping.
+    rng_states: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

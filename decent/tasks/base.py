@@ -45,4 +45,5 @@ class Task(ABC):
 
     @abstractmethod
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
-        """Test metrics of ``model``; must include ``accuracy`` and ``loss``."""
+        """Test metrics of ``model``: always ``loss``; ``accuracy`` for classification,
+        ``perplexity`` for language modelling."""

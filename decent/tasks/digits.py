@@ -20,6 +20,7 @@ class DigitsConfig:
     name: str = "digits"
     partition: str = "iid"
     alpha: float = 0.5
+    shards_per_client: int = 2
     test_fraction: float = 0.2
 
     def validate(self, prefix: str = "task") -> None:
@@ -32,7 +33,7 @@ class DigitsConfig:
 class DigitsTask(Task):
     name = "digits"
 
-    def __init__(self, cfg: DigitsConfig, seed: int) -> None:
+    def __init__(self, cfg: DigitsConfig, seed: int, model_cfg: Any = None) -> None:
         from sklearn.datasets import load_digits
 
         self.cfg = cfg
@@ -50,7 +51,8 @@ class DigitsTask(Task):
         return {"input_dim": 64, "num_classes": 10}
 
     def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
-        parts = partition(self.y_train, len(holders), self.cfg.partition, self.cfg.alpha, self.seed)
+        parts = partition(self.y_train, len(holders), self.cfg.partition, self.cfg.alpha,
+                          self.seed, self.cfg.shards_per_client)
         return {
             cid: ClientData(
                 torch.from_numpy(self.x_train[idx]).to(device),

@@ -1,4 +1,4 @@
-"""Splitting a labelled dataset across clients: IID and Dirichlet(α) by label."""
+"""Splitting a labelled dataset across clients: IID, Dirichlet(α) by label, and shards."""
 
 from __future__ import annotations
 
@@ -6,13 +6,18 @@ import numpy as np
 
 from decent.platform.errors import ConfigError
 
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "shards")
 
 
 def partition(
-    labels: np.ndarray, n_clients: int, scheme: str, alpha: float, seed: int
+    labels: np.ndarray, n_clients: int, scheme: str, alpha: float, seed: int,
+    shards_per_client: int = 2,
 ) -> list[np.ndarray]:
     """Indices of each client's examples.
+
+    ``shards`` is McMahan et al.'s (2017) pathological non-IID split: examples sorted by
+    label are cut into ``n_clients · shards_per_client`` equal shards and every client
+    gets ``shards_per_client`` of them at random (with 2, most clients see two classes).
 
     ``dirichlet`` follows Hsu et al. (2019): for every class, the class's examples are
     split among clients in proportions drawn from Dir(α·1); small α gives each client
@@ -28,6 +33,14 @@ def partition(
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), n_clients)]
+    if scheme == "shards":
+        n_shards = n_clients * shards_per_client
+        if shards_per_client < 1 or n_shards > len(labels):
+            raise ConfigError("task.shards_per_client",
+                              f"need 1 ≤ shards_per_client ≤ {len(labels) // n_clients}")
+        shards = np.array_split(np.argsort(labels, kind="stable"), n_shards)
+        owner = rng.permutation(n_shards).reshape(n_clients, shards_per_client)
+        return [np.sort(np.concatenate([shards[s] for s in row])) for row in owner]
     if alpha <= 0:
         raise ConfigError("task.alpha", f"must be > 0 (got {alpha})")
     classes = np.unique(labels)

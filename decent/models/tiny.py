@@ -1,0 +1,103 @@
+"""Tiny randomly initialised causal LMs, built from a config without any download.
+
+They stand in for real checkpoints in tests and smoke runs: the same classes and code paths
+as the real families (rotary attention with grouped-query heads, OPT's learned positions and
+biases, a routed mixture of experts), at sizes where a forward on a few short sequences takes
+milliseconds on one CPU core. Shapes:
+
+* ``tiny-llama``: ``LlamaForCausalLM``, 2 layers, hidden 64, 4 query / 2 key-value heads
+  (SmolLM2-135M has 9 / 3), intermediate 128, tied embeddings like SmolLM2.
+* ``tiny-opt``: ``OPTForCausalLM``, 2 layers, hidden 64, 4 heads, ffn 128; the other
+  settings are OPT-125m's (pre-layer-norm, biases, tied embeddings, dropout 0.1).
+* ``tiny-moe``: ``OlmoeForCausalLM``, 2 layers, hidden 64, 4 / 2 heads, 4 experts of
+  intermediate 64 each, top-2 routing. OLMoE is the cleanest MoE class in transformers 5.x:
+  every MLP is routed (no shared expert, unlike ``Qwen2MoeForCausalLM``) and attention has no
+  biases, so "shared" parameters are exactly attention, norms, routers and embeddings.
+
+All use the byte tokenizer of :mod:`decent.models.byte_tokenizer` (vocabulary 260).
+Initialisation draws from torch's global generator only, so ``torch.manual_seed(s)`` before
+:func:`build_tiny` gives the same weights every time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from decent.models.byte_tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
+TINY_ALIASES = ("tiny-llama", "tiny-opt", "tiny-moe")
+
+_HIDDEN = 64
+_LAYERS = 2
+_HEADS = 4
+_KV_HEADS = 2
+_INTERMEDIATE = 128
+_MAX_POSITIONS = 512  # plenty for test prompts; only OPT's learned position table grows with it
+_EXPERTS = 4
+_TOP_K = 2
+_EXPERT_INTERMEDIATE = 64
+
+_TOKEN_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
+
+
+def tiny_config(alias: str) -> PretrainedConfig:
+    """The transformers config of a tiny model alias (see the module docstring for shapes)."""
+    if alias == "tiny-llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=_HIDDEN,
+            intermediate_size=_INTERMEDIATE,
+            num_hidden_layers=_LAYERS,
+            num_attention_heads=_HEADS,
+            num_key_value_heads=_KV_HEADS,
+            max_position_embeddings=_MAX_POSITIONS,
+            tie_word_embeddings=True,
+            **_TOKEN_IDS,
+        )
+    if alias == "tiny-opt":
+        from transformers import OPTConfig
+
+        return OPTConfig(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=_HIDDEN,
+            word_embed_proj_dim=_HIDDEN,
+            ffn_dim=_INTERMEDIATE,
+            num_hidden_layers=_LAYERS,
+            num_attention_heads=_HEADS,
+            max_position_embeddings=_MAX_POSITIONS,
+            **_TOKEN_IDS,
+        )
+    if alias == "tiny-moe":
+        from transformers import OlmoeConfig
+
+        return OlmoeConfig(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=_HIDDEN,
+            intermediate_size=_EXPERT_INTERMEDIATE,
+            num_hidden_layers=_LAYERS,
+            num_attention_heads=_HEADS,
+            num_key_value_heads=_KV_HEADS,
+            num_experts=_EXPERTS,
+            num_experts_per_tok=_TOP_K,
+            max_position_embeddings=_MAX_POSITIONS,
+            **_TOKEN_IDS,
+        )
+    raise KeyError(f"unknown tiny model {alias!r}; known: {', '.join(TINY_ALIASES)}")
+
+
+def build_tiny(alias: str) -> PreTrainedModel:
+    """A freshly initialised float32 tiny model, in eval mode like ``from_pretrained`` returns.
+
+    The weights come from the global torch generator: seed it first for reproducible builds.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(tiny_config(alias), dtype=torch.float32)
+    return model.eval()

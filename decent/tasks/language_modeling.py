@@ -1,0 +1,136 @@
+"""Causal language modelling on a text corpus: the pretraining task of GASLoC, SPES and
+DiLoCo-style experiments.
+
+Documents are tokenized, joined with the EOS token and cut into sequences of ``seq_len``
+tokens. Sequences are shuffled with the run seed; a ``val_fraction`` of them is held out
+for validation loss and perplexity, the rest are partitioned across clients (IID, or
+``contiguous`` blocks of the corpus so each client reads different works — a natural
+non-IID split).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from decent.platform.errors import ConfigError
+from decent.tasks.base import ClientData, Task
+from decent.tasks.sources import load_corpus
+
+LM_PARTITIONS = ("iid", "contiguous")
+
+
+@dataclass
+class LanguageModelingConfig:
+    name: str = "lm"
+    corpus: str = "shakespeare"  # shakespeare | bbc_news | text_files | hub:<dataset>[:<config>]
+    source: str = "auto"
+    data_dir: str | None = None
+    paths: list[str] = field(default_factory=list)  # for corpus=text_files
+    seq_len: int = 128
+    val_fraction: float = 0.05
+    max_tokens: int | None = None  # keep only the corpus's first tokens (quick runs)
+    partition: str = "iid"
+    eval_batch_size: int = 16
+    max_eval_sequences: int | None = 256  # validation sequences per evaluation
+
+    def validate(self, prefix: str = "task") -> None:
+        if self.seq_len < 2:
+            raise ConfigError(f"{prefix}.seq_len", f"must be ≥ 2 (got {self.seq_len})")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"{prefix}.val_fraction",
+                              f"must be in (0, 1) (got {self.val_fraction})")
+        if self.partition not in LM_PARTITIONS:
+            raise ConfigError(f"{prefix}.partition", f"choose one of: {', '.join(LM_PARTITIONS)}")
+
+
+@dataclass
+class SequenceData(ClientData):
+    """Fixed-length token sequences; ``y`` is unused (targets are the inputs shifted)."""
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        idx = torch.randint(len(self), (batch_size,), generator=generator).to(self.x.device)
+        return (self.x[idx],)
+
+
+class LanguageModelingTask(Task):
+    name = "lm"
+
+    def __init__(self, cfg: LanguageModelingConfig, seed: int, model_cfg: Any) -> None:
+        from decent.models.causal_lm import load_tokenizer
+
+        if getattr(model_cfg, "name", None) != "causal_lm":
+            raise ConfigError("model.name", "task lm needs a causal language model: "
+                              "set model.name=causal_lm")
+        self.cfg = cfg
+        self.seed = seed
+        self.tokenizer = load_tokenizer(model_cfg)
+        corpus = load_corpus(cfg.corpus, cfg.source, cfg.data_dir, list(cfg.paths) or None)
+        self.data_source = corpus.source
+        tokens = self.tokenize(corpus.documents)
+        n_seq = len(tokens) // cfg.seq_len
+        n_val = max(1, round(cfg.val_fraction * n_seq))
+        if n_seq - n_val < 1:
+            raise ConfigError("task.seq_len", f"the corpus has only {len(tokens)} tokens: too "
+                              f"few for sequences of {cfg.seq_len}")
+        seqs = torch.from_numpy(tokens[: n_seq * cfg.seq_len].reshape(n_seq, cfg.seq_len))
+        order = torch.from_numpy(np.random.default_rng(seed).permutation(n_seq))
+        val_idx = order[:n_val].sort().values
+        self.val = seqs[val_idx]
+        train_mask = torch.ones(n_seq, dtype=torch.bool)
+        train_mask[val_idx] = False
+        self.train = seqs[train_mask]  # corpus order kept: 'contiguous' relies on it
+        self.num_tokens = len(tokens)
+
+    def tokenize(self, documents: list[str]) -> np.ndarray:
+        tok = self.tokenizer
+        eos = tok.eos_token_id
+        out: list[int] = []
+        for doc in documents:
+            out.extend(tok(doc, add_special_tokens=False)["input_ids"])
+            out.append(eos)
+            if self.cfg.max_tokens is not None and len(out) >= self.cfg.max_tokens:
+                out = out[: self.cfg.max_tokens]
+                break
+        return np.asarray(out, dtype=np.int64)
+
+    def model_spec(self) -> dict[str, Any]:
+        return {"vocab_size": len(self.tokenizer)}
+
+    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
+        n = len(self.train)
+        if len(holders) > n:
+            raise ConfigError("topology.n", f"{len(holders)} clients but only {n} training "
+                              "sequences: use a shorter task.seq_len or a larger corpus")
+        if self.cfg.partition == "iid":
+            parts = np.array_split(np.random.default_rng(self.seed + 1).permutation(n),
+                                   len(holders))
+        else:
+            parts = np.array_split(np.arange(n), len(holders))
+        return {cid: SequenceData(self.train[torch.from_numpy(np.sort(p))].to(device),
+                                  torch.zeros(len(p), dtype=torch.long, device=device))
+                for cid, p in zip(holders, parts, strict=True)}
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        (ids,) = batch
+        logits = model(input_ids=ids).logits
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        model.eval()
+        val = self.val[: self.cfg.max_eval_sequences]
+        total, count = 0.0, 0
+        for start in range(0, len(val), self.cfg.eval_batch_size):
+            ids = val[start: start + self.cfg.eval_batch_size].to(device)
+            logits = model(input_ids=ids).logits[:, :-1].float()
+            total += float(F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(),
+                                           reduction="sum"))
+            count += ids[:, 1:].numel()
+        loss = total / count
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}

@@ -1,0 +1,197 @@
+"""Prompted classification with a causal LM, in MeZO's format.
+
+Each example becomes ``prompt`` and the class is read off the next-token distribution
+restricted to the label words: the logits of the label words at the last prompt position
+(only those rows of the output projection are computed — the full-vocabulary projection
+is the expensive part on a small CPU). The training loss is the cross-entropy over the
+label words.
+
+Split protocol of the SeedFlood paper (after MeZO): ``num_train`` = 1 024 training
+examples (partitioned across clients), ``num_val`` = 500 validation and ``num_test`` =
+1 000 test examples, sampled with the run's seed. Test examples come from the source's
+held-out split when it has one (GLUE/SuperGLUE test labels are hidden, so the public
+validation set serves as test); otherwise all three are disjoint samples of one pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from decent.platform.errors import ConfigError
+from decent.tasks.base import ClientData, Task
+from decent.tasks.partition import partition
+from decent.tasks.sources import load_classification
+from decent.tasks.templates import TEMPLATES
+
+
+@dataclass
+class PromptedConfig:
+    name: str = "sst2"
+    source: str = "auto"  # auto | hub | local | package
+    data_dir: str | None = None
+    num_train: int = 1024
+    num_val: int = 500
+    num_test: int = 1000
+    max_length: int = 256  # prompt tokens; longer prompts keep their end (the question)
+    partition: str = "iid"
+    alpha: float = 0.5
+    eval_split: str = "test"  # test | val
+    eval_batch_size: int = 16
+
+    def validate(self, prefix: str = "task") -> None:
+        for key in ("num_train", "max_length", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 1 (got {getattr(self, key)})")
+        for key in ("num_val", "num_test"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 0 (got {getattr(self, key)})")
+        if self.eval_split not in ("test", "val"):
+            raise ConfigError(f"{prefix}.eval_split", "choose one of: test, val")
+
+
+@dataclass
+class TokenizedData(ClientData):
+    """Right-padded prompts ``x`` with their lengths; a batch is trimmed to its longest."""
+
+    lengths: torch.Tensor | None = None
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        idx = torch.randint(len(self), (batch_size,), generator=generator).to(self.x.device)
+        return self.rows(idx)
+
+    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        assert self.lengths is not None
+        lengths = self.lengths[idx]
+        width = int(lengths.max())
+        ids = self.x[idx, :width]
+        mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
+        return ids, mask, self.y[idx]
+
+
+def special_prefix(tokenizer: Any) -> list[int]:
+    """The special tokens the tokenizer puts before a text (BOS for Llama, ``</s>`` for
+    OPT, nothing for SmolLM2), kept in front when a long prompt is cut."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return list(full[:start])
+    return []
+
+
+def verbalizer(tokenizer: Any, words: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """(tokens to append to every prompt, one label token per class).
+
+    Label words are told apart by their first token. Where all words share leading tokens
+    under this tokenizer (a byte-level one splits " great" into " ", "g", ...), the shared
+    tokens are moved into the prompt, so the class is decided at the first token where the
+    words differ; for BPE tokenizers (" great" is one token) nothing moves."""
+    seqs = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
+    common = 0
+    while all(len(s) > common + 1 for s in seqs) and len({s[common] for s in seqs}) == 1:
+        common += 1
+    label_ids = [s[common] for s in seqs]
+    if len(set(label_ids)) != len(label_ids):
+        raise ConfigError("task.name", f"label words {words} cannot be told apart by this "
+                          "tokenizer's tokens")
+    return seqs[0][:common], label_ids
+
+
+class PromptedTask(Task):
+    def __init__(self, cfg: PromptedConfig, seed: int, model_cfg: Any) -> None:
+        from decent.models.causal_lm import load_tokenizer
+
+        if getattr(model_cfg, "name", None) != "causal_lm":
+            raise ConfigError("model.name", f"task {cfg.name} needs a causal language model: "
+                              "set model.name=causal_lm")
+        self.name = cfg.name
+        self.cfg = cfg
+        self.seed = seed
+        self.template = TEMPLATES[cfg.name]
+        self.tokenizer = load_tokenizer(model_cfg)
+        data = load_classification(cfg.name, cfg.source, cfg.data_dir)
+        self.label_names = data.label_names
+        self.data_source = data.source
+        train, val, test = split(data.train, data.eval, cfg, seed)
+        self.suffix, label_ids = verbalizer(self.tokenizer, self.template.label_words)
+        self.label_ids = torch.tensor(label_ids)
+        self.train = self.encode(train)
+        self.held_out = self.encode(test if cfg.eval_split == "test" else val)
+
+    def encode(self, rows: list[dict]) -> TokenizedData:
+        """Tokenize prompts once (BOS if the tokenizer adds one, prompt, shared suffix)."""
+        tok = self.tokenizer
+        head = special_prefix(tok)
+        keep = self.cfg.max_length - len(head)
+        ids = []
+        for row in rows:
+            body = tok(self.template.prompt(row), add_special_tokens=False)["input_ids"]
+            ids.append(head + (body + self.suffix)[-keep:])
+        width = max((len(s) for s in ids), default=1)
+        x = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)
+        for i, s in enumerate(ids):
+            x[i, : len(s)] = torch.tensor(s)
+        y = torch.tensor([row["label"] for row in rows], dtype=torch.long)
+        return TokenizedData(x, y, torch.tensor([len(s) for s in ids]))
+
+    def model_spec(self) -> dict[str, Any]:
+        return {"vocab_size": len(self.tokenizer), "num_classes": len(self.label_names)}
+
+    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
+        labels = self.train.y.numpy()
+        parts = partition(labels, len(holders), self.cfg.partition, self.cfg.alpha, self.seed)
+        out: dict[int, ClientData] = {}
+        for cid, idx in zip(holders, parts, strict=True):
+            t = torch.from_numpy(idx)
+            lengths = self.train.lengths[t]  # type: ignore[index]
+            width = int(lengths.max())
+            out[cid] = TokenizedData(self.train.x[t, :width].to(device),
+                                     self.train.y[t].to(device), lengths.to(device))
+        return out
+
+    def class_logits(self, model: torch.nn.Module, ids: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+        from decent.models.causal_lm import label_word_logits
+
+        return label_word_logits(model, ids, mask, self.label_ids.to(ids.device)).float()
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        ids, mask, y = batch
+        return F.cross_entropy(self.class_logits(model, ids, mask), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        model.eval()
+        data, bs = self.held_out, self.cfg.eval_batch_size
+        correct, loss_sum = 0, 0.0
+        for start in range(0, len(data), bs):
+            ids, mask, y = data.rows(torch.arange(start, min(start + bs, len(data))))
+            logits = self.class_logits(model, ids.to(device), mask.to(device))
+            y = y.to(device)
+            correct += int((logits.argmax(-1) == y).sum())
+            loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+        n = max(len(data), 1)
+        return {"accuracy": correct / n, "loss": loss_sum / n}
+
+
+def split(train: list[dict], held_out: list[dict] | None, cfg: PromptedConfig,
+          seed: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """(train, val, test) sampled with ``seed`` (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(train))
+    if held_out is not None:
+        test = [held_out[i] for i in rng.permutation(len(held_out))[: cfg.num_test]]
+    else:
+        test = [train[i] for i in order[: cfg.num_test]]
+        order = order[len(test):]
+    val = [train[i] for i in order[: cfg.num_val]]
+    picked = order[len(val): len(val) + cfg.num_train]
+    if len(picked) < cfg.num_train:
+        raise ConfigError("task.num_train", f"{cfg.name} has {len(picked)} training examples "
+                          f"left after the val/test split, fewer than {cfg.num_train}")
+    return [train[i] for i in picked], val, test
