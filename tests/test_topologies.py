@@ -367,9 +367,16 @@ def test_edge_list_bad_edges():
     raises_on("topology.edges", name="edge_list", n=3)
 
 
-@pytest.mark.parametrize("name", ["ring", "complete", "one_peer"])
+@pytest.mark.parametrize("name", ["ring", "star", "one_peer"])
 def test_n_too_small(name):
     raises_on("topology.n", name=name, n=1)
+
+
+def test_single_client_is_a_complete_graph_on_one_vertex():
+    topology = build_topology(TopologyConfig(name="complete", n=1))
+    rg = topology.round_graph(0)
+    assert rg.neighbors == ((),) and rg.weights[0] == {0: 1.0}
+    raises_on("topology.n", name="complete", n=0)
 
 
 def test_erdos_renyi_p_too_small():

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from decent.models import params
 from decent.models.registry import MODELS
 from decent.platform.config import RunConfig
 from decent.platform.errors import StrategyError
@@ -87,7 +86,10 @@ def build_task(cfg: RunConfig) -> Task:
 
 
 def build_strategy(cfg: RunConfig) -> Strategy:
-    return STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, cfg.n)
+    """The strategy, checked against (and told about) the run's topology."""
+    strategy = STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, cfg.n)
+    strategy.check_topology(build_topology(cfg.topology))
+    return strategy
 
 
 class ClientGroup:
@@ -102,6 +104,7 @@ class ClientGroup:
         torch.manual_seed(cfg.seed)  # every replica starts from the same initial model
         self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
         self.base_model.to(device)
+        self.strategy.prepare_model(self.base_model)
         holders = self.strategy.data_holders()
         shards = self.task.client_data(holders, device)
         self.clients: dict[int, Client] = {}
@@ -123,6 +126,7 @@ class ClientGroup:
     ) -> list[Message]:
         """Run ``phase`` for every hosted client; their outgoing messages, sized."""
         ctx = PhaseContext(round_, phase, self.topology.round_graph(round_), self.task)
+        self.strategy.begin_phase(round_, phase, [self.clients[c] for c in self.cids])
         outgoing: list[Message] = []
         for cid in self.cids:
             client = self.clients[cid]
@@ -151,7 +155,7 @@ class ClientGroup:
         """Σ θ_i over hosted clients in float64, summed in client order."""
         total = None
         for cid in self.cids:
-            vec = params.flat_vector(self.clients[cid].model)
+            vec = self.strategy.state_vector(self.clients[cid].model)
             total = vec if total is None else total + vec
         assert total is not None
         return total
@@ -162,13 +166,13 @@ class ClientGroup:
         out: dict[str, Any] = {"sq_dist": {}, "client": {}}
         for cid in self.cids:
             model = self.clients[cid].model
-            out["sq_dist"][cid] = float(np.sum((params.flat_vector(model) - mean) ** 2))
+            out["sq_dist"][cid] = float(np.sum((self.strategy.state_vector(model) - mean) ** 2))
             if per_client:
                 out["client"][cid] = self.task.evaluate(model, self.device)
         if gmp:
-            params.load_flat(self.base_model, mean)
+            self.strategy.load_state_vector(self.base_model, mean)
             out["gmp"] = self.task.evaluate(self.base_model, self.device)
         return out
 
     def client_vectors(self) -> dict[int, np.ndarray]:
-        return {cid: params.flat_vector(c.model) for cid, c in self.clients.items()}
+        return {cid: self.strategy.state_vector(c.model) for cid, c in self.clients.items()}

@@ -14,7 +14,7 @@ Payload leaves and their sizes on the wire:
 * ``dict`` / ``list`` / ``tuple`` of the above — the sum of the values. Dict keys (e.g.
   parameter names) are free: both ends know the model architecture.
 
-Message headers (src, dst, tag, round) are not counted: a real system would amortise them
+Message headers (src, dst, tag, meta) are not counted: a real system would amortise them
 over a connection, and every method here would pay the same few bytes.
 """
 
@@ -71,6 +71,9 @@ class Message:
     payload: Any
     seq: int = 0
     nbytes: int = 0
+    # Header fields a real protocol carries in a few bytes per message (e.g. the origin
+    # and iteration of a flooded update); like src/dst/tag they are not counted.
+    meta: tuple[int, ...] = ()
 
 
 def wire_size(payload: Any) -> int:

@@ -20,7 +20,6 @@ from decent.platform.group import build_strategy
 from decent.platform.router import RoundTraffic
 from decent.platform.rundir import RunDir
 from decent.platform.tracking import Tracker
-from decent.topologies import build_topology
 
 
 class Backend(Protocol):
@@ -41,8 +40,7 @@ class RunResult:
 
 def check(cfg: RunConfig) -> None:
     """Checks that need the topology: it exists, it is connected, the method accepts it."""
-    topology = build_topology(cfg.topology)
-    build_strategy(cfg).check_topology(topology)
+    build_strategy(cfg)
 
 
 def make_backend(cfg: RunConfig) -> Backend:

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
+from decent.models import params
 from decent.platform.messages import Message
 from decent.tasks.base import ClientData, Task
 from decent.topologies import RoundGraph, Topology
@@ -66,7 +68,8 @@ class Strategy:
         self.n = n
 
     def check_topology(self, topology: Topology) -> None:
-        """Raise ConfigError if the method cannot run on this graph."""
+        """Raise ConfigError if the method cannot run on this graph; remember what the
+        method needs of it (e.g. the diameter). Called wherever a strategy is built."""
 
     def data_holders(self) -> list[int]:
         """Clients that own training data (a server vertex holds none)."""
@@ -74,6 +77,22 @@ class Strategy:
 
     def phases(self, round_: int) -> Sequence[str]:
         raise NotImplementedError
+
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Adjust the initial model once per process, before the clients' replicas are
+        made (e.g. freeze tensors so every hosted client shares them)."""
+
+    def begin_phase(self, round_: int, phase: str, clients: Sequence[Client]) -> None:
+        """Work shared by the clients hosted in one process, before they run ``phase``
+        (e.g. refreshing a subspace held once per process)."""
+
+    def state_vector(self, model: torch.nn.Module) -> np.ndarray:
+        """The replica's state as one float64 vector: averaged into the global model
+        (GMP) and compared for the consensus distance. Default: trainable parameters."""
+        return params.flat_vector(model)
+
+    def load_state_vector(self, model: torch.nn.Module, vector: np.ndarray) -> None:
+        params.load_flat(model, vector)
 
     def init_client(self, client: Client) -> None:
         """Create the client's strategy state before round 0."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 from decent.platform.registry import Registry
 from decent.strategies.dsgd import DSGD
 from decent.strategies.fedavg import FedAvg
+from decent.strategies.seed_gossip import SeedGossip
+from decent.strategies.seedflood import SeedFlood
+from decent.strategies.zo_local import DZSGD, MeZO
 
 STRATEGIES = Registry("strategy")
-for _cls in (DSGD, FedAvg):
+for _cls in (DSGD, FedAvg, SeedFlood, DZSGD, MeZO, SeedGossip):
     STRATEGIES.register(_cls.name, _cls.Config, _cls)

@@ -11,7 +11,7 @@ literature states its convergence rates in.
 
 from __future__ import annotations
 
-from decent.topologies.analysis import format_summary, spectral_gap, summarize
+from decent.topologies.analysis import diameter, format_summary, spectral_gap, summarize
 from decent.topologies.builders import TOPOLOGIES, Topology, TopologyConfig, build_topology
 from decent.topologies.mixing import laplacian, metropolis_weights, mixing_matrix, uniform_weights
 from decent.topologies.round_graph import RoundGraph
@@ -22,6 +22,7 @@ __all__ = [
     "Topology",
     "TopologyConfig",
     "build_topology",
+    "diameter",
     "format_summary",
     "laplacian",
     "metropolis_weights",

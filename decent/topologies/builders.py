@@ -373,8 +373,11 @@ def validate(cfg: TopologyConfig) -> None:
             "topology.name",
             f"unknown topology '{cfg.name}'; choose one of: {', '.join(TOPOLOGIES)}",
         )
-    if not _is_int(cfg.n) or cfg.n < 2:
-        raise ConfigError("topology.n", f"needs an integer number of clients n ≥ 2 (got {cfg.n!r})")
+    # A single client (centralised baselines such as plain MeZO) is a complete graph on 1.
+    least = 1 if cfg.name == "complete" else 2
+    if not _is_int(cfg.n) or cfg.n < least:
+        raise ConfigError("topology.n",
+                          f"needs an integer number of clients n ≥ {least} (got {cfg.n!r})")
     if not _is_int(cfg.seed) or cfg.seed < 0:
         raise ConfigError("topology.seed", f"must be an integer ≥ 0 (got {cfg.seed!r})")
     if cfg.weights not in MIXING_KINDS:

@@ -1,0 +1,81 @@
+"""Gossip with shared randomness — the strawman of the SeedFlood paper, §3.2.
+
+Every model is written as θ_i = θ_0 − Σ_s c_i[s]·z(s): a coefficient per seed ever drawn
+by anyone. Iteration t, client i:
+  1. estimates α at θ_i with a fresh seed s (MeZO) and adds c_i[s] = η α;
+  2. sends its whole coefficient list to its neighbours     (12 bytes per entry: it grows
+     by n entries every iteration);
+  3. mixes c_i ← Σ_j w_ij c_j (Metropolis weights) and rebuilds θ_i from θ_0 by
+     regenerating z for every seed it holds — O(t·n·d) work per client per iteration.
+Gossip never reaches exact consensus, and both the messages and the rebuild grow with t:
+the blow-up SeedFlood's flooding of (seed, α) pairs avoids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decent.models import params
+from decent.platform.messages import Message
+from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.zo_local import ZOStepConfig, draw_seed
+from decent.zo import mezo
+
+
+@dataclass
+class SeedGossipConfig(ZOStepConfig):
+    name: str = "seed_gossip"
+
+
+class SeedGossip(Strategy):
+    name = "seed_gossip"
+    Config = SeedGossipConfig
+
+    def phases(self, round_: int) -> tuple[str, ...]:
+        return ("local", "gossip")
+
+    def init_client(self, client: Client) -> None:
+        client.state["theta0"] = params.snapshot(client.model)
+        client.state["coef"] = {}  # seed -> coefficient (float64 while mixing)
+
+    @torch.no_grad()
+    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+        cfg, model = self.cfg, client.model
+        model.eval()
+        tensors = list(params.trainable_params(model).values())
+        losses: list[float] = []
+        for _ in range(cfg.local_steps):
+            batch = client.data.sample(cfg.batch_size, client.generator)
+            seed = draw_seed(client)
+
+            def loss_fn(batch=batch) -> float:
+                losses.append(float(ctx.task.loss(model, batch)))
+                return losses[-1]
+
+            alpha = mezo.two_point(tensors, loss_fn, seed, cfg.eps)
+            client.state["coef"][seed] = client.state["coef"].get(seed, 0.0) + cfg.lr * alpha
+            mezo.apply_updates(tensors, [(seed, cfg.lr * alpha)])
+        client.stats["loss"] = sum(losses) / len(losses)
+        client.stats["coefficients"] = float(len(client.state["coef"]))
+        seeds = sorted(client.state["coef"])
+        payload = (torch.tensor(seeds, dtype=torch.int64),
+                   torch.tensor([client.state["coef"][s] for s in seeds], dtype=torch.float32))
+        return [Message(client.cid, j, "coefficients", payload)
+                for j in ctx.graph.neighbors[client.cid]]
+
+    @torch.no_grad()
+    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+        w = ctx.graph.weights[client.cid]
+        mixed: dict[int, float] = {s: w[client.cid] * c for s, c in client.state["coef"].items()}
+        for msg in inbox:
+            seeds, coefs = msg.payload
+            for s, c in zip(seeds.tolist(), coefs.tolist(), strict=True):
+                mixed[s] = mixed.get(s, 0.0) + w[msg.src] * c
+        client.state["coef"] = mixed
+        # rebuild θ_i = θ_0 − Σ_s c[s] z(s): one d-entry Gaussian per seed held
+        params.load(client.model, client.state["theta0"])
+        tensors = list(params.trainable_params(client.model).values())
+        mezo.apply_updates(tensors, [(s, float(np.float32(c))) for s, c in sorted(mixed.items())])

@@ -1,0 +1,152 @@
+"""SubCGE: zeroth-order estimates in a shared low-rank subspace (SeedFlood paper, §3.4 and
+Appendix A).
+
+Every target weight W_ℓ (out×in, of an ``nn.Linear``) gets ``U_ℓ`` (out×r) and ``V_ℓ``
+(in×r) with N(0, 1) entries drawn from the global seed — the same on every client. A
+client's model is ``W_ℓ + U_ℓ A_ℓ V_ℓᵀ`` with a private r×r buffer ``A_ℓ``, applied in the
+forward pass as ``y += ((x V_ℓ) A_ℓᵀ) U_ℓᵀ`` (never materialising the out×in product).
+A perturbation with seed s picks one canonical pair (i_ℓ, j_ℓ) per layer, i.e.
+z_ℓ = U_ℓ[:, i] V_ℓ[:, j]ᵀ, which is the coordinate E_ij in A-space: applying a message
+(s, c) is ``A_ℓ[i_ℓ, j_ℓ] −= c`` for every layer, O(#layers) whatever the model size.
+1-D tensors (biases, norms) are perturbed densely as in MeZO.
+
+Draw order of a seed s: the pairs come from a CPU generator seeded with s (``pairs``);
+the 1-D tensors' z from :func:`decent.zo.mezo.add_gaussian` with seed s on their device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from decent.zo import mezo
+
+
+class SubspaceBasis:
+    """The shared U_ℓ, V_ℓ of every target Linear layer (one instance per process)."""
+
+    def __init__(self, model: nn.Module, rank: int, seed: int,
+                 exclude: Sequence[str] = ()) -> None:
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") \
+            else None
+        # the output head is tied to the input embeddings in decent's LLMs, and the
+        # classification path reads its weight directly: it stays out of the subspace
+        self.names = [name for name, m in model.named_modules()
+                      if isinstance(m, nn.Linear) and m is not head
+                      and not any(x in name for x in exclude)]
+        self.shapes = [tuple(model.get_submodule(n).weight.shape) for n in self.names]
+        self.device = model.get_submodule(self.names[0]).weight.device if self.names \
+            else torch.device("cpu")
+        self.rank = rank
+        self.U: list[torch.Tensor] = []
+        self.V: list[torch.Tensor] = []
+        self.rebuild(seed)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.names)
+
+    def rebuild(self, seed: int) -> None:
+        """Draw U, V from ``seed``: layers in order, U then V for each."""
+        g = mezo.zo_generator(seed, self.device)
+        self.U, self.V = [], []
+        for out_f, in_f in self.shapes:
+            self.U.append(torch.randn(out_f, self.rank, generator=g, device=self.device))
+            self.V.append(torch.randn(in_f, self.rank, generator=g, device=self.device))
+
+    @torch.no_grad()
+    def fold(self, model: nn.Module, A: torch.Tensor) -> None:
+        """``W_ℓ += U_ℓ A_ℓ V_ℓᵀ`` in place for every target of ``model``."""
+        for ell, name in enumerate(self.names):
+            w = model.get_submodule(name).weight
+            w.add_((self.U[ell] @ A[ell] @ self.V[ell].T).to(w.dtype))
+
+
+@dataclass
+class SubCGEState:
+    """A client's private buffers: ``A`` (L×r×r) and, during a ZO evaluation only, the
+    perturbation ``delta`` added to it (A itself is never modified to perturb)."""
+
+    A: torch.Tensor
+    delta: torch.Tensor | None = None
+
+
+def attach(model: nn.Module, basis: SubspaceBasis, state: SubCGEState) -> list[RemovableHandle]:
+    """Forward hooks adding ``((x V) (A + delta)ᵀ) Uᵀ`` to each target layer's output.
+
+    nn.Linear computes y = x Wᵀ; with W' = W + U A Vᵀ, x W'ᵀ = x Wᵀ + x V Aᵀ Uᵀ."""
+    handles = []
+    for ell, name in enumerate(basis.names):
+        def hook(module: nn.Module, inputs: tuple, output: torch.Tensor,
+                 ell: int = ell) -> torch.Tensor:
+            a = state.A[ell] if state.delta is None else state.A[ell] + state.delta[ell]
+            x = inputs[0]
+            low = ((x @ basis.V[ell].to(x.dtype)) @ a.T.to(x.dtype)) @ basis.U[ell].T.to(x.dtype)
+            return output + low
+
+        handles.append(model.get_submodule(name).register_forward_hook(hook))
+    return handles
+
+
+def pairs(seed: int, num_layers: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The canonical (i_ℓ, j_ℓ) ~ Unif([r]×[r]) of every layer for message ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    ij = torch.randint(rank, (2, num_layers), generator=g)
+    return ij[0], ij[1]
+
+
+def one_d_tensors(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """Parameters with one dimension (biases, norm weights), in ``named_parameters`` order."""
+    return [(name, p) for name, p in model.named_parameters() if p.ndim == 1]
+
+
+@torch.no_grad()
+def two_point(model: nn.Module, basis: SubspaceBasis, state: SubCGEState,
+              one_d: Sequence[torch.Tensor], loss_fn: Callable[[], float], seed: int,
+              eps: float) -> float:
+    """α = (ℓ(θ+εz) − ℓ(θ−εz)) / 2ε for the perturbation of ``seed``.
+
+    The A-part goes through ``state.delta`` and the 1-D tensors are restored from saved
+    copies, so the model is bit-for-bit unchanged afterwards (needed for replicas to stay
+    identical under flooding)."""
+    i, j = pairs(seed, basis.num_layers, basis.rank)
+    layers = torch.arange(basis.num_layers)
+    saved = [t.detach().clone() for t in one_d]
+    losses = []
+    for sign in (1.0, -1.0):
+        delta = torch.zeros_like(state.A)
+        delta[layers, i.to(delta.device), j.to(delta.device)] = sign * eps
+        state.delta = delta
+        mezo.add_gaussian(one_d, seed, sign * eps)
+        try:
+            losses.append(loss_fn())
+        finally:
+            state.delta = None
+            for t, s in zip(one_d, saved, strict=True):
+                t.copy_(s)
+    return (losses[0] - losses[1]) / (2 * eps)
+
+
+@torch.no_grad()
+def apply_messages(state: SubCGEState, one_d: Sequence[torch.Tensor],
+                   messages: Sequence[tuple[int, float]]) -> None:
+    """θ ← θ − c·z(s) for every message (s, c), in the given order.
+
+    A-part: one ``index_put_`` with ``accumulate=True`` over all (message, layer) pairs;
+    on CPU it adds the values sequentially in index order, so the result is the same as
+    applying the messages one by one. 1-D part: regenerated per message, O(d_1D)."""
+    if not messages:
+        return
+    L, r = state.A.shape[0], state.A.shape[1]
+    ii, jj = zip(*(pairs(seed, L, r) for seed, _ in messages), strict=True)
+    layer = torch.arange(L).repeat(len(messages))
+    values = torch.tensor([-c for _, c in messages], dtype=state.A.dtype).repeat_interleave(L)
+    device = state.A.device
+    state.A.index_put_((layer.to(device), torch.cat(ii).to(device), torch.cat(jj).to(device)),
+                       values.to(device), accumulate=True)
+    for seed, coef in messages:
+        mezo.add_gaussian(one_d, seed, -coef)

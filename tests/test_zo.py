@@ -1,0 +1,138 @@
+"""Zeroth-order pieces: seeded Gaussian regeneration (MeZO) and the SubCGE subspace."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from decent.models.tiny import build_tiny
+from decent.zo import mezo, subcge
+
+
+def z_checksum(seed: int) -> str:
+    t = torch.zeros(1000)
+    mezo.add_gaussian([t], seed, 1.0)
+    return str(float(t.double().sum()))
+
+
+def test_regenerated_z_is_identical_in_another_process():
+    code = ("import torch; from decent.zo import mezo; t = torch.zeros(1000); "
+            "mezo.add_gaussian([t], 1234, 1.0); print(float(t.double().sum()))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert other == z_checksum(1234)
+    assert z_checksum(1234) != z_checksum(1235)
+
+
+def test_z_leaves_the_global_rng_alone():
+    before = torch.random.get_rng_state()
+    mezo.add_gaussian([torch.zeros(10)], 7, 1.0)
+    assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_mezo_two_point_is_the_directional_derivative():
+    theta = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    start = theta.clone()
+    alpha = mezo.two_point([theta], lambda: float(0.5 * (theta.double() ** 2).sum()), 3, 1e-3)
+    z = torch.zeros(50)
+    mezo.add_gaussian([z], 3, 1.0)
+    assert alpha == pytest.approx(float(start @ z), rel=1e-3)  # ∇f = θ for f = ½‖θ‖²
+    torch.testing.assert_close(theta, start, rtol=0, atol=1e-6)  # restored up to rounding
+
+
+@pytest.fixture
+def llama():
+    torch.manual_seed(0)
+    return build_tiny("tiny-llama")
+
+
+def dense_copy(model, basis, A):
+    """A copy whose target weights are W + U A Vᵀ materialised."""
+    other = copy.deepcopy(model)
+    basis.fold(other, A)
+    return other
+
+
+def test_hooks_equal_materialised_low_rank_weights(llama):
+    basis = subcge.SubspaceBasis(llama, rank=4, seed=1)
+    assert basis.num_layers == 2 * 7  # q, k, v, o, gate, up, down per layer; head excluded
+    A = torch.randn(basis.num_layers, 4, 4, generator=torch.Generator().manual_seed(2))
+    dense = dense_copy(llama, basis, A)
+    state = subcge.SubCGEState(A.clone())
+    subcge.attach(llama, basis, state)
+    ids = torch.randint(250, (2, 12), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(llama(input_ids=ids).logits, dense(input_ids=ids).logits,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_two_point_leaves_state_bit_identical_and_matches_dense(llama):
+    basis = subcge.SubspaceBasis(llama, rank=4, seed=1)
+    state = subcge.SubCGEState(torch.randn(basis.num_layers, 4, 4) * 0.01)
+    one_d = [p for _, p in subcge.one_d_tensors(llama)]
+    reference = copy.deepcopy(llama)
+    subcge.attach(llama, basis, state)
+    a_before, d_before = state.A.clone(), [t.clone() for t in one_d]
+    ids = torch.randint(250, (2, 10), generator=torch.Generator().manual_seed(4))
+
+    def loss() -> float:
+        out = llama(input_ids=ids, labels=ids)
+        return float(out.loss)
+
+    alpha = subcge.two_point(llama, basis, state, one_d, loss, seed=99, eps=1e-3)
+    assert torch.equal(state.A, a_before)
+    assert all(torch.equal(a, b) for a, b in zip(one_d, d_before, strict=True))
+    # the same finite difference with the perturbation materialised densely
+    i, j = subcge.pairs(99, basis.num_layers, 4)
+    losses = []
+    for sign in (1, -1):
+        pert = a_before.clone()
+        pert[torch.arange(basis.num_layers), i, j] += sign * 1e-3
+        model = dense_copy(reference, basis, pert)
+        mezo.add_gaussian([p for _, p in subcge.one_d_tensors(model)], 99, sign * 1e-3)
+        losses.append(float(model(input_ids=ids, labels=ids).loss))
+    assert alpha == pytest.approx((losses[0] - losses[1]) / 2e-3, rel=2e-2, abs=1e-3)
+
+
+@pytest.mark.parametrize("n", [1, 16, 100])
+def test_applying_messages_equals_dense_rank_one_updates(llama, n):
+    basis = subcge.SubspaceBasis(llama, rank=8, seed=5)
+    state = subcge.SubCGEState(torch.zeros(basis.num_layers, 8, 8))
+    g = torch.Generator().manual_seed(n)
+    messages = [(int(torch.randint(2**62, (1,), generator=g)), float(torch.randn(1, generator=g)))
+                for _ in range(n)]
+    one_d = [torch.zeros(6), torch.zeros(3)]
+    subcge.apply_messages(state, one_d, messages)
+    expected = [torch.zeros(s) for s in basis.shapes]
+    for seed, coef in messages:
+        i, j = subcge.pairs(seed, basis.num_layers, 8)
+        for ell in range(basis.num_layers):
+            expected[ell] -= coef * torch.outer(basis.U[ell][:, i[ell]], basis.V[ell][:, j[ell]])
+    for ell in range(basis.num_layers):
+        torch.testing.assert_close(basis.U[ell] @ state.A[ell] @ basis.V[ell].T, expected[ell],
+                                   rtol=1e-4, atol=1e-4)
+    dense_1d = [torch.zeros(6), torch.zeros(3)]
+    mezo.apply_updates(dense_1d, messages)
+    for a, b in zip(one_d, dense_1d, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_batched_application_equals_one_by_one():
+    messages = [(s, 0.1 * s) for s in range(10)]
+    batched = subcge.SubCGEState(torch.zeros(5, 4, 4))
+    single = subcge.SubCGEState(torch.zeros(5, 4, 4))
+    subcge.apply_messages(batched, [], messages)
+    for m in messages:
+        subcge.apply_messages(single, [], [m])
+    assert torch.equal(batched.A, single.A)
+
+
+def test_pairs_in_range_and_seeded():
+    i, j = subcge.pairs(11, 50, 8)
+    assert int(i.min()) >= 0 and int(i.max()) < 8 and int(j.max()) < 8
+    i2, j2 = subcge.pairs(11, 50, 8)
+    assert torch.equal(i, i2) and torch.equal(j, j2)
+    assert not torch.equal(i, subcge.pairs(12, 50, 8)[0])
