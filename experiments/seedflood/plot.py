@@ -29,7 +29,7 @@ def main() -> None:
             continue
         summary = json.loads((run / "summary.json").read_text()) \
             if (run / "summary.json").is_file() else {}
-        label = f"{summary.get('strategy', run.name)} ({summary.get('topology', '')}, " \
+        label = f"{summary.get('name', run.name)} ({summary.get('topology', '')}, " \
                 f"n={summary.get('clients', '?')})"
         xs, ys = zip(*points, strict=True)
         ax.plot([max(x, 1) for x in xs], ys, marker="o", label=label)
