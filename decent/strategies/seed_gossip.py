@@ -21,7 +21,7 @@ import torch
 from decent.models import params
 from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.zo_local import ZOStepConfig, draw_seed
+from decent.strategies.zo_local import ZOStepConfig, zo_steps
 from decent.zo import mezo
 
 
@@ -43,22 +43,9 @@ class SeedGossip(Strategy):
 
     @torch.no_grad()
     def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
-        cfg, model = self.cfg, client.model
-        model.eval()
-        tensors = list(params.trainable_params(model).values())
-        losses: list[float] = []
-        for _ in range(cfg.local_steps):
-            batch = client.data.sample(cfg.batch_size, client.generator)
-            seed = draw_seed(client)
-
-            def loss_fn(batch=batch) -> float:
-                losses.append(float(ctx.task.loss(model, batch)))
-                return losses[-1]
-
-            alpha = mezo.two_point(tensors, loss_fn, seed, cfg.eps)
-            client.state["coef"][seed] = client.state["coef"].get(seed, 0.0) + cfg.lr * alpha
-            mezo.apply_updates(tensors, [(seed, cfg.lr * alpha)])
-        client.stats["loss"] = sum(losses) / len(losses)
+        client.stats["loss"], updates = zo_steps(client, ctx, self.cfg)
+        for seed, coef in updates:
+            client.state["coef"][seed] = client.state["coef"].get(seed, 0.0) + coef
         client.stats["coefficients"] = float(len(client.state["coef"]))
         seeds = sorted(client.state["coef"])
         payload = (torch.tensor(seeds, dtype=torch.int64),

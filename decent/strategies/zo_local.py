@@ -48,12 +48,15 @@ class ZOStepConfig:
 
 
 @torch.no_grad()
-def zo_steps(client: Client, ctx: PhaseContext, cfg: ZOStepConfig) -> float:
-    """``cfg.local_steps`` MeZO steps on the client's trainable tensors; mean loss."""
+def zo_steps(client: Client, ctx: PhaseContext,
+             cfg: ZOStepConfig) -> tuple[float, list[tuple[int, float]]]:
+    """``cfg.local_steps`` MeZO steps on the client's trainable tensors: the mean loss and
+    the updates applied, as (seed, coefficient) pairs."""
     model = client.model
     model.eval()  # the two evaluations of one estimate must see the same network
     tensors = list(params.trainable_params(model).values())
     total = 0.0
+    updates: list[tuple[int, float]] = []
     for _ in range(cfg.local_steps):
         batch = client.data.sample(cfg.batch_size, client.generator)
         seed = draw_seed(client)
@@ -64,9 +67,10 @@ def zo_steps(client: Client, ctx: PhaseContext, cfg: ZOStepConfig) -> float:
             return losses[-1]
 
         alpha = mezo.two_point(tensors, loss_fn, seed, cfg.eps)
-        mezo.apply_updates(tensors, [(seed, cfg.lr * alpha)])
+        updates.append((seed, cfg.lr * alpha))
+        mezo.apply_updates(tensors, updates[-1:])
         total += sum(losses) / len(losses)
-    return total / cfg.local_steps
+    return total / cfg.local_steps, updates
 
 
 @dataclass
@@ -85,7 +89,7 @@ class MeZO(DSGD):
         pass
 
     def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
-        client.stats["loss"] = zo_steps(client, ctx, self.cfg)
+        client.stats["loss"], _ = zo_steps(client, ctx, self.cfg)
         return []
 
 
@@ -110,6 +114,6 @@ class DZSGD(DSGD):
         pass
 
     def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
-        client.stats["loss"] = zo_steps(client, ctx, self.cfg)
+        client.stats["loss"], _ = zo_steps(client, ctx, self.cfg)
         theta = params.snapshot(client.model, WIRE_DTYPES[self.cfg.wire_dtype])
         return [Message(client.cid, j, "params", theta) for j in ctx.graph.neighbors[client.cid]]
