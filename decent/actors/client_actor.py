@@ -8,7 +8,6 @@ to the Coordinator in one batched call.
 
 from __future__ import annotations
 
-import resource
 from typing import Any
 
 import numpy as np
@@ -47,5 +46,3 @@ class ClientActor:
     def client_vectors(self) -> dict[int, np.ndarray]:
         return self.group.client_vectors()
 
-    def peak_rss_mb(self) -> float:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

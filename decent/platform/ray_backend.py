@@ -101,9 +101,6 @@ class RayBackend:
             out.update(part)
         return out
 
-    def peak_rss_mb(self) -> list[float]:
-        return ray.get([a.peak_rss_mb.remote() for a in self.actors])
-
     def close(self) -> None:
         for actor in self.actors:
             ray.kill(actor)

@@ -41,7 +41,7 @@ from decent.platform.errors import ConfigError
 from decent.platform.messages import Message, Scalar, Seed
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.zo_local import draw_seed
-from decent.topologies import Topology, diameter
+from decent.topologies import Topology
 from decent.zo.estimators import DenseMeZO, SubCGE
 
 ESTIMATORS = ("subcge", "mezo")
@@ -90,7 +90,7 @@ class SeedFlood(Strategy):
         if topology.time_varying:
             raise ConfigError("topology.name", "seedflood floods over a static connected "
                               f"graph; '{topology.name}' is redrawn every round")
-        self.diameter = int(diameter(topology.graph(0)))
+        self.diameter = topology.diameter()
         self.k = self.cfg.hops or self.diameter
         if self.k > self.diameter and self.n > 1:
             raise ConfigError("strategy.hops", f"{self.k} hops exceed the graph's diameter "

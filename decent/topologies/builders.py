@@ -358,6 +358,10 @@ class Topology:
         """The ``n×n`` mixing matrix of ``round`` under ``topology.weights``."""
         return self._at(round)[1]
 
+    def diameter(self, round: int = 0) -> int:
+        """Longest shortest path of the round's graph (static graphs are connected)."""
+        return int(nx.diameter(self.graph(round)))
+
     def round_graph(self, round: int) -> RoundGraph:
         """The plain-Python view of ``round`` handed to strategies and the router."""
         return self._at(round)[2]
