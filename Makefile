@@ -35,3 +35,4 @@ test: lint
 bench: install
 	$(PY) benchmarks/backend_overhead.py
 	$(PY) benchmarks/label_word_logits.py
+	$(PY) benchmarks/gossip_compression.py

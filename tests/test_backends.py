@@ -27,13 +27,22 @@ def rows_and_params(cfg):
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in result.rows], vectors
 
 
+TOPOLOGY = {"dsgd": "ring", "choco": "ring", "fedavg": "star", "diloco": "star",
+            "gasloc": "two_peer"}
+
+
 @pytest.mark.parametrize("strategy", [
     {"name": "dsgd", "local_steps": 2, "lr": 0.1},
     {"name": "fedavg", "local_steps": 2, "lr": 0.1, "outer_lr": 0.7, "outer_momentum": 0.9,
      "outer_nesterov": True},
-])
+    {"name": "choco", "local_steps": 2, "lr": 0.1, "consensus_step": 0.5,
+     "compression": {"name": "topk", "keep": 0.05}},
+    {"name": "diloco", "local_steps": 2, "lr": 1e-3,
+     "compression": {"name": "int8", "error_feedback": True}},
+    {"name": "gasloc", "local_steps": 3, "local_steps_min": 1, "lr": 1e-3, "momentum": 0.3},
+], ids=lambda s: s["name"])
 def test_local_equals_ray_for_any_grouping(tmp_path, ray_session, strategy):
-    topology = {"name": "ring" if strategy["name"] == "dsgd" else "star", "n": 6}
+    topology = {"name": TOPOLOGY[strategy["name"]], "n": 6}
     base = tiny(tmp_path, rounds=3, topology=topology, strategy=strategy)
     ref_rows, ref_params = rows_and_params(from_dict(base))
     for per_actor in (2, 4):

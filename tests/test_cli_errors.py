@@ -32,6 +32,13 @@ CASES = [
     (["backend=spark"], "backend", "local, ray"),
     (["task.name=imagenet"], "task.name", "digits"),
     (["strategy.local_steps"], "overrides", "key=value"),
+    (["strategy.name=choco", "topology.name=one_peer"], "topology.name", "static"),
+    (["strategy.name=choco", "strategy.compression.keep=0"], "strategy.compression.keep", "(0, 1]"),
+    (["strategy.name=diloco", "strategy.compression.name=zip"], "strategy.compression.name",
+     "topk"),
+    (["strategy.name=gasloc", "strategy.local_steps_per_worker=[1,2]"],
+     "strategy.local_steps_per_worker", "6 values"),
+    (["strategy.name=gasloc", "strategy.edge_weights=ones"], "strategy.edge_weights", "unit"),
 ]
 
 

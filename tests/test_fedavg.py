@@ -15,9 +15,9 @@ from decent.strategies.local_training import local_steps
 from tests.helpers import tiny
 
 
-def star_cfg(tmp_path, **strategy):
+def star_cfg(tmp_path, name="fedavg", **strategy):
     return from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
-                          strategy={"name": "fedavg", "batch_size": 8, "lr": 0.1, **strategy}))
+                          strategy={"name": name, "batch_size": 8, "lr": 0.1, **strategy}))
 
 
 @pytest.mark.parametrize("outer", [
@@ -72,3 +72,49 @@ def test_fedavg_needs_a_star(tmp_path):
     with pytest.raises(ConfigError) as err:
         check(cfg)
     assert err.value.field == "topology.name"
+
+
+def test_diloco_defaults_are_the_papers():
+    from decent.strategies.diloco import DiLoCoConfig
+
+    cfg = DiLoCoConfig()
+    assert (cfg.optimizer, cfg.outer_lr, cfg.outer_momentum, cfg.outer_nesterov) == \
+        ("adamw", 0.7, 0.9, True)
+
+
+def test_diloco_is_fedavg_with_its_optimisers(tmp_path):
+    common = {"local_steps": 2, "batch_size": 8, "lr": 1e-3, "optimizer": "adamw",
+              "weight_decay": 0.1, "outer_lr": 0.7, "outer_momentum": 0.9,
+              "outer_nesterov": True}
+    a, b = (LocalBackend(star_cfg(tmp_path, name=name, **common)) for name in ("fedavg", "diloco"))
+    for r in range(3):
+        a.run_round(r)
+        b.run_round(r)
+    for cid, vec in a.client_vectors().items():
+        np.testing.assert_array_equal(b.client_vectors()[cid], vec)
+
+
+def test_identity_with_error_feedback_changes_nothing(tmp_path):
+    plain = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2))
+    fed = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2,
+                                compression={"name": "identity", "error_feedback": True}))
+    for r in range(3):
+        plain.run_round(r)
+        fed.run_round(r)
+    for cid, vec in plain.client_vectors().items():
+        np.testing.assert_allclose(fed.client_vectors()[cid], vec, rtol=0, atol=1e-7)
+
+
+def test_compressed_upload_bytes_and_feedback_memory(tmp_path):
+    import math
+
+    backend = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2, compression={
+        "name": "topk", "keep": 0.05, "error_feedback": True}))
+    live = params.trainable_params(backend.group.base_model)
+    d = sum(p.numel() for p in live.values())
+    k = sum(max(1, math.ceil(0.05 * p.numel())) for p in live.values())
+    _, traffic = backend.run_round(0)
+    assert traffic.edge_bytes == {**{(c, 0): 8 * k for c in range(1, 5)},
+                                  **{(0, c): 4 * d for c in range(1, 5)}}
+    memory = backend.group.clients[1].state["feedback"].memory
+    assert set(memory) == set(live) and any(float(m.abs().max()) > 0 for m in memory.values())

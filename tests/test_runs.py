@@ -51,3 +51,27 @@ def test_wandb_offline_run_files(tmp_path):
     offline = list((result.run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1
     assert list(offline[0].glob("*.wandb"))  # the run's log, ready for `wandb sync`
+
+
+def test_every_shipped_experiment_config_is_valid():
+    """Each YAML under experiments/ loads and passes every check that needs no data; the
+    only failure allowed offline is a hub model that is not in the local cache."""
+    from pathlib import Path
+
+    from decent.platform.config import load_config
+    from decent.platform.errors import ConfigError
+    from decent.platform.runner import check
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    configs = sorted(root.rglob("*.yaml"))
+    assert len(configs) >= 10
+    hub_only = []
+    for path in configs:
+        try:
+            check(load_config(path))
+        except ConfigError as err:
+            if err.field != "model.path" or "HF_HUB_OFFLINE" not in err.message:
+                raise AssertionError(f"{path}: {err}") from None
+            hub_only.append(str(path.relative_to(root)))
+    assert not any("pretraining" in name for name in hub_only)
+    assert len(hub_only) < len(configs) / 2

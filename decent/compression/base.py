@@ -1,0 +1,73 @@
+"""The compressor contract, its config section and the identity compressor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from decent.platform.errors import ConfigError
+
+COMPRESSORS = ("identity", "topk", "int8")
+VALUE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+# A compressed tensor as it travels: named arrays at their wire dtypes.
+Payload = dict[str, torch.Tensor]
+
+
+@dataclass
+class CompressionConfig:
+    """How a strategy compresses what it sends (``strategy.compression``).
+
+    ``keep`` is Top-K's kept fraction per tensor (CHOCO-SGD's paper setting is 1%, i.e.
+    99% sparsity); ``value_dtype`` is the dtype Top-K's values travel in (indices are
+    always int32); ``error_feedback`` adds a residual memory where the strategy supports
+    it (compressed pseudo-gradients: the part a message leaves out is sent later)."""
+
+    name: str = "identity"
+    keep: float = 0.01
+    value_dtype: str = "float32"
+    error_feedback: bool = False
+
+    def validate(self, prefix: str = "strategy.compression") -> None:
+        if self.name not in COMPRESSORS:
+            raise ConfigError(
+                f"{prefix}.name",
+                f"unknown compressor '{self.name}'; choose one of: {', '.join(COMPRESSORS)}",
+            )
+        if not 0 < self.keep <= 1:
+            raise ConfigError(f"{prefix}.keep", f"must be in (0, 1] (got {self.keep})")
+        if self.value_dtype not in VALUE_DTYPES:
+            raise ConfigError(
+                f"{prefix}.value_dtype", f"choose one of: {', '.join(VALUE_DTYPES)}"
+            )
+
+
+class Compressor(Protocol):
+    def compress(self, x: torch.Tensor) -> Payload:
+        """The wire form of ``x``."""
+
+    def decompress(self, payload: Payload, like: torch.Tensor) -> torch.Tensor:
+        """The dense tensor the receiver reconstructs (shape and dtype of ``like``)."""
+
+
+class Identity:
+    """No compression: the tensor itself (``4·numel`` bytes in float32)."""
+
+    def compress(self, x: torch.Tensor) -> Payload:
+        return {"dense": x.detach().clone()}
+
+    def decompress(self, payload: Payload, like: torch.Tensor) -> torch.Tensor:
+        return payload["dense"].to(like.dtype).reshape(like.shape)
+
+
+def build_compressor(cfg: CompressionConfig) -> Compressor:
+    from decent.compression.quantize import Int8
+    from decent.compression.topk import TopK
+
+    if cfg.name == "topk":
+        return TopK(cfg.keep, VALUE_DTYPES[cfg.value_dtype])
+    if cfg.name == "int8":
+        return Int8()
+    return Identity()

@@ -1,0 +1,30 @@
+"""Error feedback (Seide et al., 2014; Karimireddy et al., 2019): a residual memory per
+tensor so that what compression drops now is sent later.
+
+    p = C(x + e);   e ← (x + e) − D(p)
+
+Over any number of messages Σ D(p_t) + e_T = Σ x_t exactly (up to float rounding), so a
+biased compressor such as Top-K loses no signal in the long run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from decent.compression.base import Compressor, Payload
+
+
+class ErrorFeedback:
+    def __init__(self, compressor: Compressor) -> None:
+        self.compressor = compressor
+        self.memory: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def compress(self, tensors: dict[str, torch.Tensor]) -> dict[str, Payload]:
+        out = {}
+        for name, x in tensors.items():
+            corrected = x + self.memory[name] if name in self.memory else x.clone()
+            payload = self.compressor.compress(corrected)
+            self.memory[name] = corrected - self.compressor.decompress(payload, corrected)
+            out[name] = payload
+        return out

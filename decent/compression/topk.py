@@ -1,0 +1,37 @@
+"""Top-K sparsification (Stich et al., 2018; CHOCO-SGD's compressor).
+
+Each tensor keeps its ``k = max(1, ceil(keep · numel))`` entries of largest magnitude —
+per tensor rather than over the whole model, so every layer keeps sending something and
+no global sort over d entries is needed. On the wire: ``k`` int32 indices (into the
+flattened tensor) and ``k`` values, ``k · (4 + value bytes)`` bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from decent.compression.base import Payload
+
+
+def kept(numel: int, keep: float) -> int:
+    return max(1, math.ceil(keep * numel))
+
+
+class TopK:
+    def __init__(self, keep: float, value_dtype: torch.dtype = torch.float32) -> None:
+        self.keep = keep
+        self.value_dtype = value_dtype
+
+    def compress(self, x: torch.Tensor) -> Payload:
+        flat = x.detach().reshape(-1)
+        k = kept(flat.numel(), self.keep)
+        # sorted=True fixes the order of ties the same way on every run and backend
+        idx = torch.topk(flat.abs(), k, sorted=True).indices
+        return {"idx": idx.to(torch.int32), "val": flat[idx].to(self.value_dtype)}
+
+    def decompress(self, payload: Payload, like: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(like.numel(), dtype=like.dtype, device=like.device)
+        out[payload["idx"].long()] = payload["val"].to(like.dtype)
+        return out.reshape(like.shape)

@@ -1,0 +1,105 @@
+"""CHOCO-SGD — decentralized SGD with compressed gossip (Koloskova et al., 2019).
+
+Every client i keeps, besides θ_i, the public copy θ̂_i that its neighbours also hold,
+and s_i = Σ_{j ∈ N(i) ∪ {i}} w_ij θ̂_j — the memory-efficient form of the paper's
+Algorithm 1 (its appendix): two extra copies of the model whatever the degree, instead
+of one per neighbour. Every round:
+  1. H local optimizer steps:                 θ_i ← θ_i − β ∇f_i(θ_i)   (H times);
+  2. compress the difference to the public copy, q_i = C(θ_i − θ̂_i), and send q_i to
+     every neighbour            (Top-K: k·(4 + 4) bytes per edge — int32 index, fp32 value);
+  3. θ̂_i += q_i,  s_i += w_ii q_i + Σ_{j ∈ N(i)} w_ij q_j;
+  4. consensus step:  θ_i ← θ_i + γ (s_i − θ̂_i)  =  θ_i + γ Σ_j w_ij (θ̂_j − θ̂_i).
+Public copies start at the initial (pretrained) weights, which every client shares: the
+paper finds this matters, since early messages then carry only what training changed.
+With the identity compressor and γ = 1 this is DSGD's exact gossip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from decent.compression import CompressionConfig, build_compressor
+from decent.models import params
+from decent.platform.errors import ConfigError
+from decent.platform.messages import Message
+from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.topologies import Topology
+
+
+@dataclass
+class ChocoConfig(LocalTrainingConfig):
+    name: str = "choco"
+    consensus_step: float = 1.0  # γ; the SeedFlood paper's setting
+    compression: CompressionConfig = field(
+        default_factory=lambda: CompressionConfig(name="topk", keep=0.01)
+    )
+
+    def validate(self, prefix: str = "strategy") -> None:
+        super().validate(prefix)
+        if not 0 < self.consensus_step <= 1:
+            raise ConfigError(
+                f"{prefix}.consensus_step", f"must be in (0, 1] (got {self.consensus_step})"
+            )
+        self.compression.validate(f"{prefix}.compression")
+        if self.compression.error_feedback:
+            raise ConfigError(
+                f"{prefix}.compression.error_feedback",
+                "CHOCO's public copies already carry what compression left out; set it to "
+                "false (error feedback applies to fedavg/diloco uploads)",
+            )
+
+
+class ChocoSGD(Strategy):
+    name = "choco"
+    Config = ChocoConfig
+
+    def __init__(self, cfg: ChocoConfig, n: int) -> None:
+        super().__init__(cfg, n)
+        self.compressor = build_compressor(cfg.compression)
+
+    def check_topology(self, topology: Topology) -> None:
+        if topology.time_varying:
+            raise ConfigError(
+                "topology.name",
+                f"choco keeps running sums of its neighbours' public copies, so it needs a "
+                f"static graph; '{topology.name}' changes every round",
+            )
+
+    def phases(self, round_: int) -> tuple[str, ...]:
+        return ("local", "gossip")
+
+    def init_client(self, client: Client) -> None:
+        client.state["optimizer"] = make_optimizer(client.model, self.cfg)
+        client.state["public"] = params.snapshot(client.model)  # θ̂_i = θ_0
+        client.state["mixed"] = params.snapshot(client.model)  # s_i = Σ_j w_ij θ_0 = θ_0
+
+    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+        cfg = self.cfg
+        client.stats["loss"] = local_steps(
+            client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
+            cfg.local_steps, cfg.batch_size,
+        )
+        live = params.trainable_params(client.model)
+        public = client.state["public"]
+        q = {name: self.compressor.compress(live[name].detach() - public[name]) for name in live}
+        client.state["q"] = q
+        return [Message(client.cid, j, "q", q) for j in ctx.graph.neighbors[client.cid]]
+
+    @torch.no_grad()
+    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+        w = ctx.graph.weights[client.cid]
+        public, mixed = client.state["public"], client.state["mixed"]
+        own = client.state.pop("q")
+        for name, ref in public.items():
+            dq = self.compressor.decompress(own[name], ref)
+            ref += dq
+            mixed[name] += w[client.cid] * dq
+        for msg in inbox:  # sorted by source: the sum's order is fixed
+            for name, payload in msg.payload.items():
+                mixed[name] += w[msg.src] * self.compressor.decompress(payload, mixed[name])
+        gamma = self.cfg.consensus_step
+        for name, p in params.trainable_params(client.model).items():
+            p += gamma * (mixed[name] - public[name])

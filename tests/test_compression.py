@@ -1,0 +1,78 @@
+"""Top-K, INT8 and error feedback: what they keep, what they cost on the wire."""
+
+import math
+
+import pytest
+import torch
+
+from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
+from decent.compression.topk import TopK, kept
+from decent.platform.config import from_dict
+from decent.platform.errors import ConfigError
+from decent.platform.messages import wire_size
+from tests.helpers import tiny
+
+
+def test_topk_keeps_the_largest_entries_and_zeros_the_rest():
+    x = torch.tensor([[0.1, -5.0, 0.3], [2.0, -0.2, 0.0]])
+    comp = TopK(keep=2 / 6)
+    payload = comp.compress(x)
+    dense = comp.decompress(payload, x)
+    assert torch.equal(dense, torch.tensor([[0.0, -5.0, 0.0], [2.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize(("value_dtype", "value_bytes"), [("float32", 4), ("float16", 2)])
+@pytest.mark.parametrize("numel", [1, 7, 1000, 4810])
+def test_topk_wire_bytes_are_k_index_value_pairs(numel, value_dtype, value_bytes):
+    comp = build_compressor(CompressionConfig(name="topk", keep=0.01, value_dtype=value_dtype))
+    payload = comp.compress(torch.randn(numel, generator=torch.Generator().manual_seed(numel)))
+    k = max(1, math.ceil(0.01 * numel))
+    assert kept(numel, 0.01) == k
+    assert wire_size(payload) == k * (4 + value_bytes)  # int32 index + value
+
+
+def test_int8_costs_one_byte_per_entry_plus_a_scale_and_rounds_within_half_a_step():
+    x = torch.randn(300, generator=torch.Generator().manual_seed(0)) * 3
+    comp = build_compressor(CompressionConfig(name="int8"))
+    payload = comp.compress(x)
+    assert payload["q"].dtype == torch.int8
+    assert wire_size(payload) == 300 + 4
+    scale = float(x.abs().max()) / 127
+    assert float((comp.decompress(payload, x) - x).abs().max()) <= scale / 2 + 1e-6
+    zeros = torch.zeros(5)
+    assert torch.equal(comp.decompress(comp.compress(zeros), zeros), zeros)
+
+
+@pytest.mark.parametrize("name", ["topk", "int8"])
+def test_error_feedback_loses_nothing_over_time(name):
+    comp = build_compressor(CompressionConfig(name=name, keep=0.05))
+    feedback = ErrorFeedback(comp)
+    gen = torch.Generator().manual_seed(1)
+    sent = torch.zeros(200)
+    total = torch.zeros(200)
+    for _ in range(30):
+        x = torch.randn(200, generator=gen)
+        total += x
+        payload = feedback.compress({"w": x})
+        sent += comp.decompress(payload["w"], x)
+    # Σ D(p_t) + e_T = Σ x_t: the memory holds exactly what has not been sent yet
+    torch.testing.assert_close(sent + feedback.memory["w"], total, rtol=0, atol=1e-4)
+    assert float(feedback.memory["w"].abs().max()) > 0  # something was held back
+
+
+def test_without_feedback_topk_drops_signal():
+    comp = build_compressor(CompressionConfig(name="topk", keep=0.05))
+    x = torch.randn(200, generator=torch.Generator().manual_seed(2))
+    assert float((comp.decompress(comp.compress(x), x) - x).norm()) > 0.5 * float(x.norm())
+
+
+@pytest.mark.parametrize(("compression", "field"), [
+    ({"name": "zip"}, "strategy.compression.name"),
+    ({"name": "topk", "keep": 0.0}, "strategy.compression.keep"),
+    ({"name": "topk", "keep": 1.5}, "strategy.compression.keep"),
+    ({"name": "topk", "value_dtype": "int4"}, "strategy.compression.value_dtype"),
+])
+def test_bad_compression_config_names_the_field(tmp_path, compression, field):
+    with pytest.raises(ConfigError) as err:
+        from_dict(tiny(tmp_path, strategy={"name": "choco", "compression": compression}))
+    assert err.value.field == field
