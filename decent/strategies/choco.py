@@ -7,7 +7,7 @@ of one per neighbour. Every round:
   1. H local optimizer steps:                 θ_i ← θ_i − β ∇f_i(θ_i)   (H times);
   2. compress the difference to the public copy, q_i = C(θ_i − θ̂_i), and send q_i to
      every neighbour            (Top-K: k·(4 + 4) bytes per edge — int32 index, fp32 value);
-  3. θ̂_i += q_i,  s_i += w_ii q_i + Σ_{j ∈ N(i)} w_ij q_j;
+  3. θ̂_i += q_i,  s_i += w_ii q_i (on sending), then s_i += Σ_{j ∈ N(i)} w_ij q_j;
   4. consensus step:  θ_i ← θ_i + γ (s_i − θ̂_i)  =  θ_i + γ Σ_j w_ij (θ̂_j − θ̂_i).
 Public copies start at the initial (pretrained) weights, which every client shares: the
 paper finds this matters, since early messages then carry only what training changed.
@@ -82,21 +82,22 @@ class ChocoSGD(Strategy):
             client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
             cfg.local_steps, cfg.batch_size,
         )
+        w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
-        public = client.state["public"]
-        q = {name: self.compressor.compress(live[name].detach() - public[name]) for name in live}
-        client.state["q"] = q
+        public, mixed = client.state["public"], client.state["mixed"]
+        q = {}
+        with torch.no_grad():
+            for name, ref in public.items():
+                q[name] = self.compressor.compress(live[name] - ref)
+                dq = self.compressor.decompress(q[name], ref)
+                ref += dq  # θ̂_i += q_i: the neighbours apply the same q_i to their copy
+                mixed[name] += w_self * dq
         return [Message(client.cid, j, "q", q) for j in ctx.graph.neighbors[client.cid]]
 
     @torch.no_grad()
     def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
         public, mixed = client.state["public"], client.state["mixed"]
-        own = client.state.pop("q")
-        for name, ref in public.items():
-            dq = self.compressor.decompress(own[name], ref)
-            ref += dq
-            mixed[name] += w[client.cid] * dq
         for msg in inbox:  # sorted by source: the sum's order is fixed
             for name, payload in msg.payload.items():
                 mixed[name] += w[msg.src] * self.compressor.decompress(payload, mixed[name])
