@@ -20,10 +20,11 @@ import time
 import torch
 
 from decent.compression import CompressionConfig, build_compressor
-from decent.models.causal_lm import CausalLMConfig, LoRAConfig, build_causal_lm
+from decent.core.messages import wire_size
+from decent.models.causal_lm import CausalLMConfig, build_causal_lm
+from decent.models.lora import LoRAConfig
 from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
-from decent.platform.messages import wire_size
 
 COMPRESSORS = {
     "dense fp32": CompressionConfig(name="identity"),

@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from decent.models.causal_lm import CausalLMConfig, build_causal_lm, label_word_logits
+from decent.models.causal_lm import CausalLMConfig, build_causal_lm
+from decent.models.label_logits import label_word_logits
 from decent.tasks.prompted import PromptedConfig, PromptedTask
 
 

@@ -55,12 +55,14 @@ def main() -> None:
 
     zo = SubCGE(args.rank, seed=0)
     zo.prepare_base(model)
-    zo.init_replica(model)
-    sub = {n: timed(lambda n=n: zo.apply(model, msgs[:n]), args.repeats) for n in (16, 128, 1024)}
+    replica = zo.init_replica(model)
+    sub = {n: timed(lambda n=n: zo.apply(replica, msgs[:n]), args.repeats)
+           for n in (16, 128, 1024)}
 
     with torch.no_grad():
         forward = timed(lambda: task.loss(model, (ids, mask, y)), args.repeats)
-        step = timed(lambda: zo.estimate(model, lambda: float(task.loss(model, (ids, mask, y))),
+        step = timed(lambda: zo.estimate(model, replica,
+                                         lambda: float(task.loss(model, (ids, mask, y))),
                                          7, 1e-3), args.repeats)
     print(f"SmolLM2-135M, SubCGE rank {args.rank} over {zo.basis.num_layers} Linear layers, "
           f"{args.threads} threads, median of {args.repeats}")

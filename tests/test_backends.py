@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from decent.platform.config import from_dict
-from decent.platform.ray_backend import placement
+from decent.platform.ray_backend.backend import placement
 from decent.platform.runner import run
 from tests.helpers import tiny
 
@@ -35,11 +35,11 @@ TOPOLOGY = {"dsgd": "ring", "choco": "ring", "fedavg": "star", "diloco": "star",
     {"name": "dsgd", "local_steps": 2, "lr": 0.1},
     {"name": "fedavg", "local_steps": 2, "lr": 0.1, "outer_lr": 0.7, "outer_momentum": 0.9,
      "outer_nesterov": True},
-    {"name": "choco", "local_steps": 2, "lr": 0.1, "consensus_step": 0.5,
+    {"name": "choco", "local_steps": 2, "lr": 0.1, "gossip_step": 0.5,
      "compression": {"name": "topk", "keep": 0.05}},
     {"name": "diloco", "local_steps": 2, "lr": 1e-3,
      "compression": {"name": "int8", "error_feedback": True}},
-    {"name": "gasloc", "local_steps": 3, "local_steps_min": 1, "lr": 1e-3, "momentum": 0.3},
+    {"name": "gasloc", "local_steps": 3, "local_steps_min": 1, "lr": 1e-3, "outer_momentum": 0.3},
 ], ids=lambda s: s["name"])
 def test_local_equals_ray_for_any_grouping(tmp_path, ray_session, strategy):
     topology = {"name": TOPOLOGY[strategy["name"]], "n": 6}
@@ -60,9 +60,9 @@ def test_placement_groups_clients_contiguously():
 
 def test_coordinator_actor_refuses_a_non_edge_message(tmp_path, ray_session):
     """A strategy bug reaches the driver with the router's message, not a silent delivery."""
-    from decent.actors.coordinator import Coordinator
-    from decent.platform.errors import StrategyError
-    from decent.platform.messages import Message
+    from decent.core.errors import StrategyError
+    from decent.core.messages import Message
+    from decent.platform.ray_backend.coordinator import Coordinator
 
     cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 6}))
     coordinator = Coordinator.remote(cfg, [[0, 1, 2], [3, 4, 5]])

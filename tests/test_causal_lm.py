@@ -15,21 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from decent.models import causal_lm
+from decent.core.errors import ConfigError
+from decent.core.schema import validate_fields
+from decent.models import gguf, model_paths
 from decent.models.byte_tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, byte_tokenizer
-from decent.models.causal_lm import (
-    CausalLMConfig,
-    LoRAConfig,
-    build_causal_lm,
-    expert_parameter_names,
-    label_word_logits,
-    last_token_logits,
-    load_tokenizer,
-    perplexity,
-    shared_parameter_names,
-)
+from decent.models.causal_lm import CausalLMConfig, build_causal_lm, load_tokenizer
+from decent.models.experts import expert_parameter_names, shared_parameter_names
+from decent.models.label_logits import label_word_logits, last_token_logits, perplexity
+from decent.models.lora import LoRAConfig
 from decent.models.tiny import TINY_ALIASES, build_tiny, tiny_config
-from decent.platform.errors import ConfigError
 
 TEXTS = ["The movie was great, I loved it.", "Bad.", "An ordinary sentence, mid-length."]
 LABEL_IDS = torch.tensor([ord("y"), ord("n"), ord(" "), EOS_ID])
@@ -162,8 +156,8 @@ def test_bfloat16_is_honoured(alias, batch):
 
 def test_dtype_typo_is_a_config_error():
     with pytest.raises(ConfigError) as err:
-        CausalLMConfig(path="tiny-llama", dtype="fp16").validate()
-    assert err.value.field == "model.dtype"
+        validate_fields(CausalLMConfig(path="tiny-llama", dtype="fp16"), "model")
+    assert err.value.field == "model.dtype" and "float32" in err.value.message
 
 
 # -------------------------------------------------------------------------------- MoE
@@ -210,7 +204,7 @@ def test_shipped_smollm2_loads_from_cache_and_predicts_english():
     cfg = CausalLMConfig()  # path smollm2-135m, cache $DECENT_CACHE or ~/.cache/decent
     model = build_causal_lm(cfg, {})
     tokenizer = load_tokenizer(cfg)
-    assert (causal_lm.cache_root() / "models" / "smollm2-135m" / "model.safetensors").is_file()
+    assert (model_paths.cache_root() / "models" / "smollm2-135m" / "model.safetensors").is_file()
     assert model.config.num_hidden_layers == 30
     assert sum(p.numel() for p in model.parameters()) == 134_515_008  # tied embeddings
     assert tokenizer.pad_token is not None and tokenizer.padding_side == "right"
@@ -219,23 +213,23 @@ def test_shipped_smollm2_loads_from_cache_and_predicts_english():
 
 def test_conversion_is_atomic(tmp_path, monkeypatch):
     """A failed conversion leaves nothing behind; a finished one appears complete at once."""
-    monkeypatch.setattr(causal_lm, "shipped_gguf", lambda *a: Path("unused.gguf"))
+    monkeypatch.setattr(gguf, "shipped_gguf", lambda *a: Path("unused.gguf"))
 
     def crash(gguf: Path, out: Path) -> None:
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(causal_lm, "convert_gguf", crash)
+    monkeypatch.setattr(gguf, "convert_gguf", crash)
     with pytest.raises(KeyboardInterrupt):
-        causal_lm.converted_smollm2(str(tmp_path))
+        gguf.converted_smollm2(str(tmp_path))
     assert [p.name for p in (tmp_path / "models").iterdir()] == [".smollm2-135m.lock"]
 
     def write(gguf: Path, out: Path) -> None:
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             (out / name).write_text("x")
 
-    monkeypatch.setattr(causal_lm, "convert_gguf", write)
-    folder = causal_lm.converted_smollm2(str(tmp_path))
+    monkeypatch.setattr(gguf, "convert_gguf", write)
+    folder = gguf.converted_smollm2(str(tmp_path))
     assert folder == tmp_path / "models" / "smollm2-135m"
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json",
@@ -243,8 +237,8 @@ def test_conversion_is_atomic(tmp_path, monkeypatch):
         "tokenizer.json",
     ]
     assert os.stat(folder).st_mode & 0o777 == 0o755  # not mkdtemp's owner-only 0700
-    monkeypatch.setattr(causal_lm, "convert_gguf", crash)  # cached: no second conversion
-    assert causal_lm.converted_smollm2(str(tmp_path)) == folder
+    monkeypatch.setattr(gguf, "convert_gguf", crash)  # cached: no second conversion
+    assert gguf.converted_smollm2(str(tmp_path)) == folder
 
 
 # ----------------------------------------------------------------------------- errors
@@ -285,7 +279,7 @@ def test_failed_hub_load_is_a_config_error(monkeypatch):
 
     if not constants.HF_HUB_OFFLINE:
         pytest.skip("huggingface_hub was imported online; this test must not reach the network")
-    monkeypatch.setattr(causal_lm, "_offline", lambda: False)
+    monkeypatch.setattr(model_paths, "_offline", lambda: False)
     with pytest.raises(ConfigError) as err:
         build_causal_lm(CausalLMConfig(path="nobody-decent-test/no-such-model"), {})
     assert err.value.field == "model.path"
@@ -294,7 +288,7 @@ def test_failed_hub_load_is_a_config_error(monkeypatch):
 
 def test_config_goes_through_the_registry_schema():
     """OmegaConf accepts the dataclasses (nested LoRA section, optional cache_dir)."""
-    from decent.platform.registry import Registry
+    from decent.core.registry import Registry
 
     models = Registry("model")
     models.register("causal_lm", CausalLMConfig, build_causal_lm)

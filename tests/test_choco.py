@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from decent.core.errors import ConfigError
 from decent.models import params
 from decent.platform.config import from_dict
-from decent.platform.errors import ConfigError
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import check
 from tests.helpers import tiny
@@ -24,7 +24,7 @@ def test_identity_compressor_with_unit_step_is_dsgd(tmp_path):
     common = {"local_steps": 2, "batch_size": 8, "lr": 0.1}
     dsgd, _ = run_rounds(from_dict(tiny(tmp_path, strategy={"name": "dsgd", **common})), 4)
     choco, _ = run_rounds(from_dict(tiny(tmp_path, strategy={
-        "name": "choco", "consensus_step": 1.0, "compression": {"name": "identity"}, **common,
+        "name": "choco", "gossip_step": 1.0, "compression": {"name": "identity"}, **common,
     })), 4)
     ref = dsgd.client_vectors()
     for cid, vec in choco.client_vectors().items():
@@ -48,25 +48,25 @@ def test_topk_bytes_per_edge_are_k_index_value_pairs(tmp_path):
 @pytest.mark.parametrize("compression", [{"name": "topk", "keep": 0.05}, {"name": "int8"}])
 def test_running_sum_tracks_the_neighbours_public_copies(tmp_path, compression):
     """s_i = Σ_j w_ij θ̂_j, where θ̂_j is what client j itself holds as its public copy."""
-    cfg = from_dict(tiny(tmp_path, strategy={"name": "choco", "consensus_step": 0.5,
+    cfg = from_dict(tiny(tmp_path, strategy={"name": "choco", "gossip_step": 0.5,
                                              "compression": compression}))
     backend, _ = run_rounds(cfg, 5)
     clients = backend.group.clients
     graph = backend.group.topology.round_graph(0)
     for i, client in clients.items():
-        for name, s in client.state["mixed"].items():
-            expected = sum(w * clients[j].state["public"][name]
+        for name, s in client.state.mixed.items():
+            expected = sum(w * clients[j].state.public[name]
                            for j, w in graph.weights[i].items())
             torch.testing.assert_close(s, expected, rtol=0, atol=1e-5)
         # public copies lag the private models but follow them
-        assert not torch.equal(client.state["public"][name], params.snapshot(client.model)[name])
+        assert not torch.equal(client.state.public[name], params.snapshot(client.model)[name])
 
 
 def test_compressed_choco_trains_like_dsgd(tmp_path):
     common = {"lr": 0.3, "local_steps": 2}
     dsgd, _ = run_rounds(from_dict(tiny(tmp_path, strategy={"name": "dsgd", **common})), 30)
     choco, _ = run_rounds(from_dict(tiny(tmp_path, strategy={
-        "name": "choco", "consensus_step": 0.5, "compression": {"name": "topk", "keep": 0.1},
+        "name": "choco", "gossip_step": 0.5, "compression": {"name": "topk", "keep": 0.1},
         **common})), 30)
     ref = dsgd.evaluate(per_client=False)
     got = choco.evaluate(per_client=False)

@@ -1,29 +1,39 @@
 """The cluster path: `ray job submit` of a `decent run` to a Ray head, and the launcher config.
 
-The job test starts its own single-node head (tests/ray_head.py) on free local ports and
-submits exactly the command the README gives, so the runtime environment file, the
-working-dir upload, the console script on the cluster and the driver's connection via
-``RAY_ADDRESS`` are all exercised. Only subprocesses touch Ray: the test process may host
-an embedded Ray of other tests, which must be left alone.
+The job test runs the README's single-machine dry run exactly as written (head start,
+wait, job submit, stop), so the runtime environment file, the working-dir upload, the
+console script on the cluster and the driver's connection via ``RAY_ADDRESS`` are all
+exercised. Only subprocesses touch Ray: the test process may host an embedded Ray of
+other tests, which must be left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
 import subprocess
-import urllib.request
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from decent.models.mlp import MLPConfig, build_mlp, num_parameters
-from tests.ray_head import child_env, ray_cli, ray_head
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT_S = 300
+LEFTOVER_GRACE_S = 15
 
-ROUNDS, N = 2, 4
+# the README block's run: experiments/quickstart.yaml (ring of 16) with rounds=10
+ROUNDS, N = 10, 16
 
 
 def ring_dsgd_bytes(rounds: int, n: int, d: int) -> int:
@@ -31,33 +41,116 @@ def ring_dsgd_bytes(rounds: int, n: int, d: int) -> int:
     return rounds * 2 * n * 4 * d
 
 
-def job_status(head_url: str, submission_id: str) -> str:
-    """The job's status as the head's job API reports it (e.g. ``SUCCEEDED``)."""
-    with urllib.request.urlopen(f"{head_url}/api/jobs/{submission_id}", timeout=10) as resp:
-        return json.load(resp)["status"]
+# Inherited by every process the README block starts (the head, its workers, the job's
+# driver, which runs in a session of its own): how the test finds what is left of it.
+MARKER = "DECENT_TEST_RAY_HEAD"
 
 
-def test_ray_job_submit_runs_quickstart(tmp_path: Path) -> None:
-    out_dir = tmp_path / "runs"
-    submission_id = f"decent-test-{tmp_path.name}"
-    with ray_head(tmp_path) as head:
-        # The README's command, from the repository root.
-        submit = subprocess.run(
-            [ray_cli(), "job", "submit", "--address", head.dashboard_url,
-             "--submission-id", submission_id,
-             "--working-dir", ".", "--runtime-env", "runtime_env.yaml",
-             "--", "decent", "run", "experiments/quickstart.yaml", "backend=ray",
-             f"rounds={ROUNDS}", f"topology.n={N}", "ray.clients_per_actor=2",
-             "tracking.wandb.mode=disabled", "tracking.progress=false",
-             f"tracking.out_dir={out_dir}"],
-            cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
-            timeout=JOB_TIMEOUT_S)
-        logs = f"{submit.stdout}\n{submit.stderr}\n--- head log ---\n{head.log()}"
-        assert submit.returncode == 0, logs
-        assert job_status(head.dashboard_url, submission_id) == "SUCCEEDED", logs
-    assert head.owned_pids() == [], "processes of the test's Ray head are still alive"
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The test process's environment made safe for a Ray subprocess: without
+    ``RAY_ADDRESS`` (the test process may host an embedded Ray whose address must not
+    leak into the head or its job), without Ray's usage statistics."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.update(extra)
+    return env
 
-    runs = list(out_dir.iterdir())
+
+def readme_block(heading: str) -> str:
+    """The first ```bash block after ``heading`` in the README, verbatim."""
+    text = (REPO_ROOT / "README.md").read_text()
+    after = text[text.index(heading):]
+    start = after.index("```bash\n") + len("```bash\n")
+    return after[start: after.index("```", start)]
+
+
+def checkout_copy(dest: Path) -> Path:
+    """The files of this checkout (tracked, and untracked but not ignored) in ``dest``,
+    with ``.venv`` linked to the environment running the tests."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO_ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    (dest / ".venv").symlink_to(Path(sys.prefix))
+    return dest
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Live processes that inherited ``DECENT_TEST_RAY_HEAD=marker`` (the block's head,
+    its workers and the job's driver), zombies aside."""
+    needle = f"{MARKER}={marker}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def cmdline(pid: int) -> str:
+    try:
+        raw = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace")[:200]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_readme_dry_run_works_as_written(tmp_path: Path) -> None:
+    """The README's "Dry run on one machine" block, run by bash exactly as written, in a
+    copy of the checkout: the head starts, the job waits for it, `decent run` runs on it
+    as a Ray job, and the block stops its own head. Anything of it still alive is then
+    killed by marker, never by `ray stop`."""
+    block = readme_block("### Dry run on one machine")
+    for port in (8265, 6379):
+        if not port_free(port):
+            pytest.skip(f"port {port} is in use on this machine; the README block uses it")
+    repo = checkout_copy(tmp_path / "checkout")
+    marker = secrets.token_hex(6)
+    temp_dir = Path("/tmp/decent-ray")
+    had_temp_dir = temp_dir.exists()
+    # (the drain on SIGTERM serves Ray Serve upgrades; a dry run has nothing to drain)
+    env = child_env({MARKER: marker, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
+    for key in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "VIRTUAL_ENV"):
+        env.pop(key, None)  # the block sets these itself
+    # output to files, not pipes: a head the block failed to stop would hold a pipe open
+    out_path, err_path = tmp_path / "block.out", tmp_path / "block.err"
+    try:
+        with out_path.open("w") as out, err_path.open("w") as err:
+            done = subprocess.run(["bash", "-e", "-c", block], cwd=repo, env=env, stdout=out,
+                                  stderr=err, timeout=JOB_TIMEOUT_S, start_new_session=True)
+    finally:
+        # Ray's daemons exit a moment after `ray start --block` does; give them that moment
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while (leftovers := marked_pids(marker)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        described = {pid: cmdline(pid) for pid in leftovers}
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not had_temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    logs = f"{stdout[-4000:]}\n{stderr[-4000:]}"
+    assert done.returncode == 0, logs
+    assert re.search(r"Job 'raysubmit_\w+' succeeded", stdout + stderr), logs
+    assert leftovers == [], f"the block's `kill $HEAD_PID` left {described} alive"
+
+    runs = list((repo / "runs").iterdir())
     assert len(runs) == 1 and runs[0].is_dir(), runs
     summary: dict[str, Any] = json.loads((runs[0] / "summary.json").read_text())
     assert summary["backend"] == "ray"

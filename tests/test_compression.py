@@ -7,9 +7,9 @@ import torch
 
 from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
 from decent.compression.topk import TopK, kept
+from decent.core.errors import ConfigError
+from decent.core.messages import wire_size
 from decent.platform.config import from_dict
-from decent.platform.errors import ConfigError
-from decent.platform.messages import wire_size
 from tests.helpers import tiny
 
 

@@ -4,9 +4,9 @@ random matchings."""
 import numpy as np
 import pytest
 
+from decent.core.errors import ConfigError
 from decent.models import params
 from decent.platform.config import from_dict
-from decent.platform.errors import ConfigError
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import check
 from tests.helpers import tiny
@@ -63,7 +63,7 @@ def consensus_after(tmp_path, gamma, rounds):
     cfg = from_dict(tiny(
         tmp_path, rounds=rounds, topology={"name": "ring", "n": 16},
         strategy={"name": "gasloc", "optimizer": "sgd", "lr": 0.05, "local_steps": 5,
-                  "batch_size": 8, "momentum": gamma},
+                  "batch_size": 8, "outer_momentum": gamma},
         task={"name": "linear_regression", "dim": 20, "samples_per_client": 32},
         model={"name": "mlp", "hidden": []},
     ))
@@ -93,16 +93,16 @@ def test_heterogeneous_local_steps(tmp_path):
     for backend in (listed, drawn):
         backend.run_round(0)
         backend.run_round(1)
-    steps = {cid: c.state["H"] for cid, c in listed.group.clients.items()}
+    steps = {cid: c.state.H for cid, c in listed.group.clients.items()}
     assert steps == {i: i + 1 for i in range(6)}
     for cid, client in listed.group.clients.items():
-        adam_steps = [s["step"] for s in client.state["optimizer"].state.values()]
+        adam_steps = [s["step"] for s in client.state.optimizer.state.values()]
         assert all(int(s) == 2 * steps[cid] for s in adam_steps)  # two outer steps of H_i
-    hs = [c.state["H"] for c in drawn.group.clients.values()]
+    hs = [c.state.H for c in drawn.group.clients.values()]
     assert all(2 <= h <= 8 for h in hs) and len(set(hs)) > 2
     again = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 12}, strategy={
         "name": "gasloc", "local_steps": 8, "local_steps_min": 2})))
-    assert [c.state["H"] for c in again.group.clients.values()] == hs  # fixed by the seed
+    assert [c.state.H for c in again.group.clients.values()] == hs  # fixed by the seed
 
 
 @pytest.mark.parametrize(("topology", "most_peers"), [("one_peer", 1), ("two_peer", 2)])

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from decent.core.errors import ConfigError
 from decent.models import params
-from decent.models.causal_lm import last_token_logits
+from decent.models.label_logits import last_token_logits
 from decent.platform.config import from_dict
-from decent.platform.errors import ConfigError
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import run
 from tests.helpers import tiny
@@ -81,13 +81,30 @@ def test_lora_dsgd_sends_only_adapters_and_shares_the_base(tmp_path, data_dir):
 
 
 def test_prompted_run_through_the_runner_learns_gmp(tmp_path, data_dir):
+    """The runner's GMP metrics are those of the average of the clients' models (LoRA
+    adapters averaged over a shared base), and that average model fits its training
+    prompts better than the initial one."""
     cfg = prompted(tmp_path, data_dir, lora=LORA)
-    cfg["rounds"] = 3
+    cfg["rounds"] = 6
     cfg["strategy"]["lr"] = 0.5
-    result = run(from_dict(cfg))
-    last = result.rows[-1]
-    assert {"gmp_accuracy", "gmp_loss", "client_accuracy_mean"} <= set(last)
-    assert 0 <= last["gmp_accuracy"] <= 1
+    config = from_dict(cfg)
+    backend = LocalBackend(config)
+    task, group = backend.group.task, backend.group
+
+    def train_loss() -> float:
+        with torch.no_grad():
+            everything = task.train.rows(torch.arange(len(task.train)))
+            return float(task.loss(group.base_model, everything))
+
+    before = train_loss()
+    last = run(config, backend).rows[-1]
+    mean = np.mean(np.stack(list(backend.client_vectors().values())), axis=0)
+    group.strategy.load_state_vector(group.probe, mean)
+    metrics = task.evaluate(group.base_model, group.device)
+    assert last["gmp_loss"] == pytest.approx(metrics["loss"], rel=1e-9)
+    assert last["gmp_accuracy"] == metrics["accuracy"]
+    assert 0 <= last["client_accuracy_mean"] <= 1
+    assert train_loss() < before - 0.01
 
 
 def test_prompted_task_needs_a_language_model(tmp_path, data_dir):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from decent.platform.errors import StrategyError
-from decent.platform.messages import Declared, Scalar, Seed, wire_size
+from decent.core.errors import StrategyError
+from decent.core.messages import Declared, Scalar, Seed, wire_size
 
 
 @pytest.mark.parametrize(

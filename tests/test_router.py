@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from decent.platform.errors import StrategyError
-from decent.platform.messages import Message, Seed, wire_size
-from decent.platform.network import NetworkConfig, phase_time
-from decent.platform.router import Router
+from decent.core.errors import StrategyError
+from decent.core.messages import Message, Seed, wire_size
+from decent.network.router import Router
+from decent.network.timing import NetworkConfig, phase_time
 from decent.topologies import TopologyConfig, build_topology
 
 

@@ -58,8 +58,8 @@ def test_every_shipped_experiment_config_is_valid():
     only failure allowed offline is a hub model that is not in the local cache."""
     from pathlib import Path
 
+    from decent.core.errors import ConfigError
     from decent.platform.config import load_config
-    from decent.platform.errors import ConfigError
     from decent.platform.runner import check
 
     root = Path(__file__).resolve().parents[1] / "experiments"

@@ -15,14 +15,10 @@ from collections import Counter
 
 import pytest
 
-from decent.platform.errors import ConfigError
-from decent.tasks.sources import (
-    CLASSIFICATION_TASKS,
-    CORPORA,
-    load_classification,
-    load_corpus,
-    strip_gutenberg,
-)
+from decent.core.errors import ConfigError
+from decent.tasks.catalog import CLASSIFICATION_TASKS
+from decent.tasks.classification import load_classification
+from decent.tasks.corpora import CORPORA, load_corpus, strip_gutenberg
 
 
 def labels(rows: list[dict]) -> Counter:

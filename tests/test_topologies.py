@@ -8,7 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
 from decent.topologies import (
     TOPOLOGIES,
     RoundGraph,
@@ -18,6 +18,7 @@ from decent.topologies import (
     laplacian,
     metropolis_weights,
     mixing_matrix,
+    snapshot,
     spectral_gap,
     summarize,
     uniform_weights,
@@ -254,7 +255,7 @@ def test_round_graph_matches_graph(name, weights):
 
 def test_round_graph_from_graph_direct():
     G = nx.path_graph(4)
-    rg = RoundGraph.from_graph(G, metropolis_weights(G))
+    rg = snapshot(G, metropolis_weights(G))
     assert rg.neighbors == ((1,), (0, 2), (1, 3), (2,))
     assert rg.has_edge(1, 2) and rg.has_edge(2, 1)
     assert not rg.has_edge(0, 2) and not rg.has_edge(0, 0)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from decent.core.errors import ConfigError
 from decent.models.cnn import CNNConfig, build_cnn
 from decent.platform.config import from_dict
-from decent.platform.errors import ConfigError
 from decent.platform.local_backend import LocalBackend
 from decent.tasks.partition import partition
 from tests.helpers import tiny

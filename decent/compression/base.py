@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from decent.platform.errors import ConfigError
+from decent.core.schema import in_range, one_of
 
 COMPRESSORS = ("identity", "topk", "int8")
 VALUE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -25,23 +25,10 @@ class CompressionConfig:
     always int32); ``error_feedback`` adds a residual memory where the strategy supports
     it (compressed pseudo-gradients: the part a message leaves out is sent later)."""
 
-    name: str = "identity"
-    keep: float = 0.01
-    value_dtype: str = "float32"
+    name: str = one_of(COMPRESSORS, "identity")
+    keep: float = in_range(0.01, 0, 1, lo_open=True)
+    value_dtype: str = one_of(tuple(VALUE_DTYPES), "float32")
     error_feedback: bool = False
-
-    def validate(self, prefix: str = "strategy.compression") -> None:
-        if self.name not in COMPRESSORS:
-            raise ConfigError(
-                f"{prefix}.name",
-                f"unknown compressor '{self.name}'; choose one of: {', '.join(COMPRESSORS)}",
-            )
-        if not 0 < self.keep <= 1:
-            raise ConfigError(f"{prefix}.keep", f"must be in (0, 1] (got {self.keep})")
-        if self.value_dtype not in VALUE_DTYPES:
-            raise ConfigError(
-                f"{prefix}.value_dtype", f"choose one of: {', '.join(VALUE_DTYPES)}"
-            )
 
 
 class Compressor(Protocol):

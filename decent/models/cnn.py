@@ -10,13 +10,15 @@ from typing import Any
 
 from torch import nn
 
+from decent.core.schema import at_least, text
+
 
 @dataclass
 class CNNConfig:
-    name: str = "cnn"
-    channels1: int = 32
-    channels2: int = 64
-    hidden: int = 512
+    name: str = text("cnn", nullable=False)
+    channels1: int = at_least(1, 32)
+    channels2: int = at_least(1, 64)
+    hidden: int = at_least(1, 512)
 
 
 def build_cnn(cfg: CNNConfig, spec: dict[str, Any]) -> nn.Module:

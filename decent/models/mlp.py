@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 import torch
 from torch import nn
 
-from decent.platform.errors import ConfigError
+from decent.core.schema import at_least, text
 
 
 @dataclass
 class MLPConfig:
-    name: str = "mlp"
-    hidden: list[int] = field(default_factory=lambda: [64])
-
-    def validate(self, prefix: str = "model") -> None:
-        if any(h < 1 for h in self.hidden):
-            raise ConfigError(f"{prefix}.hidden", f"layer widths must be ≥ 1 (got {self.hidden})")
+    name: str = text("mlp", nullable=False)
+    hidden: list[int] = at_least(1, [64], each=True)  # widths of the hidden layers
 
 
 def build_mlp(cfg: MLPConfig, spec: dict[str, Any]) -> nn.Module:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from decent.core.registry import Registry
 from decent.models.causal_lm import CausalLMConfig, build_causal_lm
 from decent.models.cnn import CNNConfig, build_cnn
 from decent.models.mlp import MLPConfig, build_mlp
-from decent.platform.registry import Registry
 
 MODELS = Registry("model")
 MODELS.register("mlp", MLPConfig, build_mlp)

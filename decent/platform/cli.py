@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -30,13 +30,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def _topo(args: argparse.Namespace) -> int:
     from decent.topologies import TopologyConfig, build_topology, format_summary, summarize
+    from decent.topologies import validate as validate_topology
 
     fields: dict[str, Any] = {"name": args.name, "n": args.n, "seed": args.seed,
                               "weights": args.weights}
     for key in ("p", "degree", "rows"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
-    topology = build_topology(TopologyConfig(**fields))
+    if args.round < 0:
+        raise ConfigError("round", f"must be ≥ 0 (got {args.round})")
+    cfg = TopologyConfig(**fields)
+    validate_topology(cfg)
+    topology = build_topology(cfg)
     print(format_summary(summarize(topology, args.round)))
     return 0
 
@@ -67,9 +72,21 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class UsageError(Exception):
+    """A command line argparse refused."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line raises (for :func:`main` to print one line) rather
+    than printing the usage block and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="decent", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = OneLineParser(prog="decent", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     r = sub.add_parser("run", help="run an experiment from a YAML config")
     r.add_argument("config", help="YAML config file (e.g. experiments/quickstart.yaml)")
     r.add_argument("overrides", nargs="*", help="key=value overrides, e.g. strategy.lr=0.1")
@@ -88,12 +105,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Run the command; every error a user can cause is one line on stderr and exit code 2."""
     try:
+        args = parser().parse_args(argv)
         return args.func(args)
+    except UsageError as exc:
+        print(f"error: arguments: {exc}", file=sys.stderr)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:  # the file system refused (full disk, permissions, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: file system: {where}{exc.strerror or exc}", file=sys.stderr)
+    return 2
 
 
 def entry() -> None:

@@ -9,6 +9,8 @@ of the component their ``name`` selects.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,55 +19,62 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from decent.platform.errors import ConfigError
-from decent.platform.network import NetworkConfig
-from decent.platform.registry import config_error
+from decent.core.errors import ConfigError
+from decent.core.registry import config_error
+from decent.core.schema import at_least, one_of, seed_field, text, validate_fields
+from decent.network.timing import NetworkConfig
 from decent.topologies import TopologyConfig
 
 BACKENDS = ("local", "ray")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
+# A run name becomes a directory name: letters, digits, '.', '_', '-', not a leading dot.
+RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# Ray refuses an object store smaller than 75 MiB (OBJECT_STORE_MINIMUM_MEMORY_BYTES).
+OBJECT_STORE_MIN_MB = 75
 
 
 @dataclass
 class EvalConfig:
-    every: int = 5  # evaluate every k rounds (and after the last); 0 = only at the end
+    every: int = at_least(0, 5)  # evaluate every k rounds (and after the last); 0 = at the end
     per_client: bool = True  # also each client's own accuracy (costs n evaluations)
 
 
 @dataclass
 class RayConfig:
-    address: str | None = None  # None: embedded Ray (or RAY_ADDRESS, set by `ray job submit`)
-    clients_per_actor: int = 8
-    num_cpus_per_actor: float = 0.0  # 0: no CPU reservation (fractions above the core count hang)
-    num_gpus_per_actor: float = 0.0  # > 0: the actor's clients run on cuda
-    num_cpus: int | None = None  # embedded Ray only; default: all cores
-    object_store_mb: int = 512  # embedded Ray only
+    address: str | None = text()  # None: embedded Ray (or RAY_ADDRESS, set by `ray job submit`)
+    clients_per_actor: int = at_least(1, 8)
+    # 0: no CPU reservation (fractions above the core count hang)
+    num_cpus_per_actor: float = at_least(0, 0.0)
+    num_gpus_per_actor: float = at_least(0, 0.0)  # > 0: the actor's clients run on cuda
+    num_cpus: int | None = at_least(1, None, nullable=True)  # embedded Ray; default: all cores
+    object_store_mb: int = at_least(OBJECT_STORE_MIN_MB, 512)  # embedded Ray only
 
 
 @dataclass
 class WandbConfig:
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "decent"
-    entity: str | None = None
-    group: str | None = None
+    mode: str = one_of(WANDB_MODES, "offline")
+    project: str = text("decent", nullable=False)
+    entity: str | None = text()
+    group: str | None = text()
 
 
 @dataclass
 class TrackingConfig:
-    out_dir: str = "runs"
+    out_dir: str = text("runs", nullable=False)
     progress: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    seed: int = 0
-    rounds: int = 10
-    backend: str = "local"
-    device: str = "auto"
-    torch_threads: int = 1  # per process; fixed so results do not depend on the machine
+    name: str = text("run", nullable=False)
+    seed: int = seed_field(0)
+    rounds: int = at_least(1, 10)
+    backend: str = one_of(BACKENDS, "local")
+    device: str = one_of(DEVICES, "auto")
+    # per process; fixed so that results do not depend on the machine
+    torch_threads: int = at_least(1, 1)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     strategy: Any = field(default_factory=lambda: {"name": "dsgd"})
     task: Any = field(default_factory=lambda: {"name": "digits"})
@@ -79,18 +88,18 @@ class RunConfig:
     def n(self) -> int:
         return self.topology.n
 
+    def validate(self, prefix: str = "") -> None:
+        if not RUN_NAME.fullmatch(self.name):
+            raise ConfigError("name", f"{self.name!r} is not a valid run name: it names the run "
+                              "directory, so use letters, digits, '.', '_' and '-' (no path "
+                              "separators, no leading dot)")
+
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Read ``path`` (optional), apply dotlist ``overrides`` and validate everything."""
     layers = []
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError("config", f"file not found: {path}")
-        try:
-            layers.append(OmegaConf.create(yaml.safe_load(path.read_text()) or {}))
-        except (yaml.YAMLError, OmegaConfBaseException) as exc:
-            raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+        layers.append(OmegaConf.create(read_yaml(Path(path))))
     for item in overrides:
         if "=" not in item:
             raise ConfigError("overrides", f"'{item}' is not key=value (e.g. strategy.lr=0.1)")
@@ -99,6 +108,43 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     except OmegaConfBaseException as exc:
         raise ConfigError("overrides", str(exc).splitlines()[0]) from None
     return from_layers(*layers)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping in YAML file ``path``; every way it can be unreadable is one line."""
+    if path.is_dir():
+        raise ConfigError("config", f"{path} is a directory; give a YAML file")
+    if not path.is_file():
+        raise ConfigError("config", f"file not found: {path}")
+    try:
+        body = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#x} "
+                          f"at offset {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(body)
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", f"{path} is not valid YAML: {yaml_problem(exc)}") from None
+    if data is None:
+        raise ConfigError("config", f"{path} is empty; write at least the sections that "
+                          "differ from the defaults (e.g. experiments/quickstart.yaml)")
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must be a mapping of sections (name:, topology:, "
+                          f"strategy:, ...), not a {type(data).__name__}")
+    if any(not isinstance(key, str) for key in data):
+        bad = next(key for key in data if not isinstance(key, str))
+        raise ConfigError("config", f"{path}: top-level key {bad!r} is not a name")
+    return data
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line L, column C: problem`` of a YAML parse error, on one line."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())
 
 
 def from_dict(data: dict[str, Any]) -> RunConfig:
@@ -111,56 +157,64 @@ def from_layers(*layers: Any) -> RunConfig:
     from decent.strategies.registry import STRATEGIES
     from decent.tasks.registry import TASKS
 
+    for layer in layers:
+        check_shapes(OmegaConf.to_container(layer) if OmegaConf.is_config(layer) else layer,
+                     RunConfig, "")
     schema = OmegaConf.structured(RunConfig)
     try:
         merged = OmegaConf.merge(schema, *layers)
         cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise config_error(exc, "", schema) from None
+    validate_fields(cfg, "")
     cfg.strategy = STRATEGIES.config(_section(cfg.strategy, "strategy"))
     cfg.task = TASKS.config(_section(cfg.task, "task"))
     cfg.model = MODELS.config(_section(cfg.model, "model"))
-    validate(cfg)
     return cfg
+
+
+# Sections given as {name: ..., ...}; `strategy: dsgd` is short for `strategy: {name: dsgd}`.
+COMPONENT_SECTIONS = ("strategy", "task", "model")
+
+
+def check_shapes(data: Any, cls: type, prefix: str) -> None:
+    """Every section of ``data`` that the schema ``cls`` declares as a section must be a
+    mapping: a list or a number there is one line naming the section (OmegaConf's merge
+    would fail with a message naming only the class)."""
+    if not isinstance(data, dict):
+        return
+    for f in dataclasses.fields(cls):
+        if f.name not in data or data[f.name] is None:
+            continue
+        value, name = data[f.name], f"{prefix}{f.name}"
+        nested = _section_class(f)
+        if name in COMPONENT_SECTIONS:
+            _section(value, name)
+        elif nested is not None:
+            if not isinstance(value, dict):
+                raise ConfigError(name, f"must be a mapping of its fields, e.g. {name}: "
+                                  f"{{key: value}} (got {_kind(value)})")
+            check_shapes(value, nested, f"{name}.")
+
+
+def _section_class(f: dataclasses.Field) -> type | None:
+    if f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        return None
+    value = f.default_factory()  # type: ignore[misc]
+    return type(value) if dataclasses.is_dataclass(value) else None
+
+
+def _kind(value: Any) -> str:
+    return "a list" if isinstance(value, list) else f"the value {value!r}"
 
 
 def _section(value: Any, name: str) -> dict[str, Any]:
     if isinstance(value, str):  # `strategy: dsgd` is short for `strategy: {name: dsgd}`
         return {"name": value}
     if not isinstance(value, dict):
-        raise ConfigError(name, f"must be a mapping with a 'name' key (got {value!r})")
+        raise ConfigError(name, f"must be a mapping with a 'name' key, e.g. {name}: "
+                          f"{{name: ...}} (got {_kind(value)})")
     return value
-
-
-def _choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(
-            field_name, f"'{value}' is not allowed; choose one of: {', '.join(allowed)}"
-        )
-
-
-def validate(cfg: RunConfig) -> None:
-    """Range checks of the platform's own fields (components check theirs)."""
-    _choice("backend", cfg.backend, BACKENDS)
-    _choice("device", cfg.device, DEVICES)
-    _choice("tracking.wandb.mode", cfg.tracking.wandb.mode, WANDB_MODES)
-    if cfg.rounds < 1:
-        raise ConfigError("rounds", f"must be ≥ 1 (got {cfg.rounds})")
-    if cfg.torch_threads < 1:
-        raise ConfigError("torch_threads", f"must be ≥ 1 (got {cfg.torch_threads})")
-    if cfg.eval.every < 0:
-        raise ConfigError("eval.every", f"must be ≥ 0 (got {cfg.eval.every})")
-    if cfg.ray.clients_per_actor < 1:
-        raise ConfigError(
-            "ray.clients_per_actor", f"must be ≥ 1 (got {cfg.ray.clients_per_actor})"
-        )
-    for key in ("num_cpus_per_actor", "num_gpus_per_actor"):
-        if getattr(cfg.ray, key) < 0:
-            raise ConfigError(f"ray.{key}", f"must be ≥ 0 (got {getattr(cfg.ray, key)})")
-    if cfg.network.link_mbps <= 0:
-        raise ConfigError("network.link_mbps", f"must be > 0 (got {cfg.network.link_mbps})")
-    if cfg.network.node_mbps is not None and cfg.network.node_mbps <= 0:
-        raise ConfigError("network.node_mbps", f"must be > 0 or null (got {cfg.network.node_mbps})")
 
 
 def to_yaml(cfg: RunConfig) -> str:

@@ -34,13 +34,3 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, float]:
             metrics["client_accuracy_min"] = float(min(values))
             metrics["client_accuracy_max"] = float(max(values))
     return metrics
-
-
-def merge_stats(per_client: dict[int, dict[str, float]]) -> dict[str, float]:
-    """Mean of each per-client statistic over the clients that reported it."""
-    keys = sorted({k for stats in per_client.values() for k in stats})
-    out = {}
-    for key in keys:
-        values = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]
-        out[key] = float(sum(values) / len(values))
-    return out

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from decent.core.errors import StrategyError
+from decent.core.messages import Message, wire_size
+from decent.core.stats import Stat
 from decent.models.registry import MODELS
 from decent.platform.config import RunConfig
-from decent.platform.errors import StrategyError
-from decent.platform.messages import Message, wire_size
-from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.registry import STRATEGIES
+from decent.platform.plan import RunPlan, build_plan
+from decent.strategies.base import Client, PhaseContext
 from decent.tasks.base import Task
 from decent.tasks.registry import TASKS
-from decent.topologies import build_topology
 
 
 def resolve_device(cfg: RunConfig, has_gpu: bool | None = None) -> torch.device:
@@ -85,26 +85,24 @@ def build_task(cfg: RunConfig) -> Task:
     return TASKS.entry(cfg.task.name).build(cfg.task, cfg.seed, cfg.model)
 
 
-def build_strategy(cfg: RunConfig) -> Strategy:
-    """The strategy, checked against (and told about) the run's topology."""
-    strategy = STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, cfg.n)
-    strategy.check_topology(build_topology(cfg.topology))
-    return strategy
-
-
 class ClientGroup:
-    def __init__(self, cfg: RunConfig, cids: list[int], device: torch.device) -> None:
+    """The clients ``cids`` of a run, built in this process from the config (and from the
+    plan, when the caller has built it already)."""
+
+    def __init__(self, cfg: RunConfig, cids: list[int], device: torch.device,
+                 plan: RunPlan | None = None) -> None:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.cids = list(cids)
         self.device = device
-        self.topology = build_topology(cfg.topology)
-        self.strategy = build_strategy(cfg)
+        plan = plan or build_plan(cfg)
+        self.topology = plan.topology
+        self.strategy = plan.strategy
         self.task = build_task(cfg)
         torch.manual_seed(cfg.seed)  # every replica starts from the same initial model
         self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
         self.base_model.to(device)
-        self.strategy.prepare_model(self.base_model)
+        self.shared = self.strategy.init_process(self.base_model)
         holders = self.strategy.data_holders()
         shards = self.task.client_data(holders, device)
         self.clients: dict[int, Client] = {}
@@ -118,20 +116,27 @@ class ClientGroup:
             )
             init_rng_states(client, cfg.seed)
             with own_rng(client):
-                self.strategy.init_client(client)
+                client.state = self.strategy.init_state(client, self.shared)
             self.clients[cid] = client
+        # the global average model is evaluated in the initial model itself (made after
+        # the replicas, which copy it), with what the strategy's state_vector needs
+        self.probe = Client(cid=-1, model=self.base_model, data=None, device=device,
+                            generator=torch.Generator())
+        self.probe.state = self.strategy.init_eval_state(self.probe, self.shared)
 
     def run_phase(
-        self, round_: int, phase: str, inboxes: dict[int, list[Message]]
+        self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]]
     ) -> list[Message]:
-        """Run ``phase`` for every hosted client; their outgoing messages, sized."""
-        ctx = PhaseContext(round_, phase, self.topology.round_graph(round_), self.task)
-        self.strategy.begin_phase(round_, phase, [self.clients[c] for c in self.cids])
+        """Run ``phase`` (position ``step`` in the round) for every hosted client; their
+        outgoing messages, sized."""
+        ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
+                           self.shared)
+        self.strategy.begin_phase(ctx, [self.clients[c] for c in self.cids])
         outgoing: list[Message] = []
         for cid in self.cids:
             client = self.clients[cid]
             with own_rng(client):
-                sent = self.strategy.run_phase(phase, client, inboxes.get(cid, []), ctx)
+                sent = self.strategy.run_phase(client, inboxes.get(cid, []), ctx)
             for seq, msg in enumerate(sent):
                 if msg.src != cid:
                     raise StrategyError(
@@ -143,7 +148,7 @@ class ClientGroup:
             outgoing.extend(sent)
         return outgoing
 
-    def pop_stats(self) -> dict[int, dict[str, float]]:
+    def pop_stats(self) -> dict[int, dict[str, Stat]]:
         """Per-client statistics the strategy recorded since the last call."""
         out = {}
         for cid, client in self.clients.items():
@@ -155,7 +160,7 @@ class ClientGroup:
         """Σ θ_i over hosted clients in float64, summed in client order."""
         total = None
         for cid in self.cids:
-            vec = self.strategy.state_vector(self.clients[cid].model)
+            vec = self.strategy.state_vector(self.clients[cid])
             total = vec if total is None else total + vec
         assert total is not None
         return total
@@ -165,14 +170,14 @@ class ClientGroup:
         (if ``per_client``) and the test metrics of the mean model itself (if ``gmp``)."""
         out: dict[str, Any] = {"sq_dist": {}, "client": {}}
         for cid in self.cids:
-            model = self.clients[cid].model
-            out["sq_dist"][cid] = float(np.sum((self.strategy.state_vector(model) - mean) ** 2))
+            client = self.clients[cid]
+            out["sq_dist"][cid] = float(np.sum((self.strategy.state_vector(client) - mean) ** 2))
             if per_client:
-                out["client"][cid] = self.task.evaluate(model, self.device)
+                out["client"][cid] = self.task.evaluate(client.model, self.device)
         if gmp:
-            self.strategy.load_state_vector(self.base_model, mean)
+            self.strategy.load_state_vector(self.probe, mean)
             out["gmp"] = self.task.evaluate(self.base_model, self.device)
         return out
 
     def client_vectors(self) -> dict[int, np.ndarray]:
-        return {cid: self.strategy.state_vector(c.model) for cid, c in self.clients.items()}
+        return {cid: self.strategy.state_vector(c) for cid, c in self.clients.items()}

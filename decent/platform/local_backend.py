@@ -6,23 +6,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from decent.core.stats import Stat
+from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
 from decent.platform.evaluation import combine, mean_model
 from decent.platform.group import ClientGroup, resolve_device
-from decent.platform.router import RoundTraffic, Router
+from decent.platform.plan import RunPlan
 
 
 class LocalBackend:
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
         self.cfg = cfg
-        self.group = ClientGroup(cfg, list(range(cfg.n)), resolve_device(cfg))
+        self.group = ClientGroup(cfg, list(range(cfg.n)), resolve_device(cfg), plan)
         self.strategy = self.group.strategy
         self.router = Router(self.group.topology, self.strategy.name, cfg.network)
 
-    def run_round(self, round_: int) -> tuple[dict[int, dict[str, float]], RoundTraffic]:
-        for phase in self.strategy.phases(round_):
+    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
+        for step, phase in enumerate(self.strategy.phases(round_)):
             inboxes = self.router.take(self.group.cids)
-            outgoing = self.group.run_phase(round_, phase, inboxes)
+            outgoing = self.group.run_phase(round_, step, phase, inboxes)
             self.router.post(round_, phase, outgoing)
             self.router.advance()
         return self.group.pop_stats(), self.router.end_round()

@@ -13,6 +13,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from decent.core.errors import ConfigError
+
+
+def check_out_dir(out_dir: str | Path) -> None:
+    """Refuse, before anything is built, an ``out_dir`` that cannot hold run directories:
+    a file, or a folder (or the nearest existing parent of one to create) that is not
+    writable."""
+    path = Path(out_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError("tracking.out_dir", f"{path} is a file; runs are written into a "
+                          "folder: give a folder path")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError("tracking.out_dir", f"{parent} is a file, so {path} cannot be "
+                          "created; give a folder path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("tracking.out_dir", f"{parent} is not writable; give a folder you "
+                          "can write to")
+
 
 class RunDir:
     def __init__(self, out_dir: str | Path, name: str) -> None:

@@ -1,8 +1,8 @@
 """One run from a validated config to its run directory.
 
-Order matters for "nothing half-written": the config, topology and strategy are checked,
-then the backend builds every client (data and models loaded, actors started), and only
-then is the run directory created."""
+Order matters for "nothing half-written": the config, topology and strategy are checked
+(the plan is built once, here), then the backend builds every client (data and models
+loaded, actors started), and only then is the run directory created."""
 
 from __future__ import annotations
 
@@ -14,18 +14,19 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
+from decent.core.errors import ConfigError
+from decent.core.stats import Stat, reduce_stats
+from decent.network.router import RoundTraffic
 from decent.platform.config import RunConfig, to_yaml
-from decent.platform.evaluation import merge_stats
-from decent.platform.group import build_strategy
-from decent.platform.router import RoundTraffic
-from decent.platform.rundir import RunDir
+from decent.platform.plan import RunPlan, build_plan
+from decent.platform.rundir import RunDir, check_out_dir
 from decent.platform.tracking import Tracker
 
 
 class Backend(Protocol):
     max_edge_bytes_total: int
 
-    def run_round(self, round_: int) -> tuple[dict[int, dict[str, float]], RoundTraffic]: ...
+    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
     def evaluate(self, per_client: bool) -> dict[str, float]: ...
     def client_vectors(self) -> dict[int, np.ndarray]: ...
     def close(self) -> None: ...
@@ -38,19 +39,32 @@ class RunResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def check(cfg: RunConfig) -> None:
-    """Checks that need the topology: it exists, it is connected, the method accepts it."""
-    build_strategy(cfg)
+def check(cfg: RunConfig) -> RunPlan:
+    """Checks that need more than the config's own fields — the topology exists and is
+    connected, the method accepts it, the device exists, the output folder is writable —
+    and the plan they built."""
+    plan = build_plan(cfg)
+    if cfg.backend == "local" and cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device", "cuda was asked for but this machine has no CUDA "
+                              "device torch can use; set device=cpu (or auto)")
+    if cfg.backend == "ray" and cfg.device == "cuda" and cfg.ray.num_gpus_per_actor <= 0:
+        raise ConfigError("device", "device=cuda on backend=ray needs GPUs for the actors: "
+                          "set ray.num_gpus_per_actor (e.g. 0.25), or device=auto")
+    check_out_dir(cfg.tracking.out_dir)
+    return plan
 
 
-def make_backend(cfg: RunConfig) -> Backend:
+def make_backend(cfg: RunConfig, plan: RunPlan | None = None) -> Backend:
     if cfg.backend == "ray":
-        from decent.platform.ray_backend import RayBackend
+        from decent.platform.ray_backend.backend import RayBackend
 
-        return RayBackend(cfg)
+        return RayBackend(cfg, plan)
     from decent.platform.local_backend import LocalBackend
 
-    return LocalBackend(cfg)
+    return LocalBackend(cfg, plan)
 
 
 def eval_due(cfg: RunConfig, round_: int) -> bool:
@@ -59,8 +73,8 @@ def eval_due(cfg: RunConfig, round_: int) -> bool:
 
 
 def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
-    check(cfg)
-    backend = backend or make_backend(cfg)
+    plan = check(cfg)
+    backend = backend or make_backend(cfg, plan)
     try:
         return _run(cfg, backend)
     finally:
@@ -85,7 +99,7 @@ def _run(cfg: RunConfig, backend: Backend) -> RunResult:
                 sim_total += traffic.sim_time_s
                 row: dict[str, Any] = {
                     "round": r,
-                    **merge_stats(stats),
+                    **reduce_stats(stats),
                     "bytes": traffic.bytes,
                     "bytes_total": bytes_total,
                     "messages": traffic.messages,

@@ -2,11 +2,23 @@
 
 A strategy is a decentralized training method written as the paper's algorithm box:
 
-* ``Config`` — a dataclass of its hyper-parameters (validated before anything runs);
-* :meth:`Strategy.phases` — the phases of round ``t``; every client runs each phase in
-  turn, and the messages sent in one phase are the inbox of the next one (the last
-  phase's messages arrive in the first phase of the next round);
-* one method per phase, ``(client, inbox, ctx) -> messages to send``.
+* ``Config`` — a dataclass of its hyper-parameters, each field with its declared range
+  (:mod:`decent.core.schema`), checked before anything is built;
+* ``State`` — a dataclass of what one client keeps between phases (its optimiser, public
+  copies, message logs, ...): the platform creates it with :meth:`Strategy.init_state`,
+  hands it back as ``client.state``, and can save and restore it;
+* :meth:`Strategy.phases` — the phase names of round ``t``; every client runs each phase
+  in turn, and the messages sent in one phase are the inbox of the next (the last
+  phase's messages arrive in the first phase of the next round). A name may repeat
+  (SeedFlood's flooding sends): ``ctx.step`` is the phase's position in the round;
+* one method per phase name, ``(client, inbox, ctx) -> messages to send``.
+
+A strategy is built once per process from its config and the facts of the graph
+(:class:`~decent.core.graph.GraphFacts`), and is immutable afterwards: everything that
+changes during a run lives in the clients' ``State`` or in the per-process object that
+:meth:`Strategy.init_process` returns (``ctx.shared``: e.g. a subspace every hosted
+client shares). A config the method cannot run (a graph it refuses, a list of the wrong
+length) raises :class:`~decent.core.errors.ConfigError` from the constructor.
 
 Strategies see clients, tensors and plain-Python graph views only: they never import
 ray or networkx, so the same code runs on the local backend and on Ray actors.
@@ -16,32 +28,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
+from decent.core.graph import GraphFacts, RoundGraph
+from decent.core.messages import Message
+from decent.core.stats import Stat
 from decent.models import params
-from decent.platform.messages import Message
 from decent.tasks.base import ClientData, Task
-from decent.topologies import RoundGraph, Topology
+
+StateT = TypeVar("StateT")
 
 
 @dataclass
-class Client:
+class Client(Generic[StateT]):
     """One simulated client: its model replica, its data shard and its private state.
 
-    ``state`` belongs to the strategy (optimizer, public copies, message logs...);
-    ``generator`` is the client's own RNG, seeded from the run seed and the client id,
-    so a client draws the same batches whichever actor hosts it."""
+    ``state`` is the strategy's typed per-client state; ``generator`` is the client's own
+    RNG, seeded from the run seed and the client id, so a client draws the same batches
+    whichever actor hosts it; ``stats`` are what it reports for the current round."""
 
     cid: int
     model: torch.nn.Module
     data: ClientData | None
     device: torch.device
     generator: torch.Generator
-    state: dict[str, Any] = field(default_factory=dict)
-    stats: dict[str, float] = field(default_factory=dict)
+    state: StateT = None  # type: ignore[assignment]  # set by Strategy.init_state
+    stats: dict[str, Stat] = field(default_factory=dict)
     # The client's own state of torch's global RNG (dropout, e.g. LoRA's, draws from it):
     # swapped in while the client computes, so results do not depend on grouping.
     rng_states: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -49,55 +64,97 @@ class Client:
 
 @dataclass(frozen=True)
 class PhaseContext:
-    """What a client may know about the current phase."""
+    """What a client may know about the current phase.
+
+    ``step`` is the phase's position in the round's phase list (0 for the first);
+    ``shared`` is what :meth:`Strategy.init_process` returned in this process."""
 
     round: int
     phase: str
+    step: int
     graph: RoundGraph
     task: Task
+    shared: Any = None
 
 
-class Strategy:
-    """Base class; subclasses set ``name`` and ``Config`` and define the phase methods."""
+class Frozen(type):
+    """Metaclass: instances refuse attribute assignment once ``__init__`` has returned."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = super().__call__(*args, **kwargs)
+        object.__setattr__(obj, "_frozen", True)
+        return obj
+
+
+class Strategy(Generic[StateT], metaclass=Frozen):
+    """Base class; subclasses set ``name``, ``Config`` and ``State`` and define
+    :meth:`phases`, :meth:`init_state` and one method per phase."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
+    State: ClassVar[type]
 
-    def __init__(self, cfg: Any, n: int) -> None:
+    def __init__(self, cfg: Any, graph: GraphFacts) -> None:
         self.cfg = cfg
-        self.n = n
+        self.graph = graph
+        self.n = graph.n
 
-    def check_topology(self, topology: Topology) -> None:
-        """Raise ConfigError if the method cannot run on this graph; remember what the
-        method needs of it (e.g. the diameter). Called wherever a strategy is built."""
+    def __setattr__(self, key: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(
+                f"strategy '{self.name}' is immutable once built: keep what changes during a "
+                f"run in the clients' State or in init_process's shared object (tried to set "
+                f"{key!r})"
+            )
+        object.__setattr__(self, key, value)
+
+    # ------------------------------------------------------------------ what to run
+    def phases(self, round_: int) -> Sequence[str]:
+        raise NotImplementedError
 
     def data_holders(self) -> list[int]:
         """Clients that own training data (a server vertex holds none)."""
         return list(range(self.n))
 
-    def phases(self, round_: int) -> Sequence[str]:
+    def run_phase(self, client: Client[StateT], inbox: list[Message],
+                  ctx: PhaseContext) -> list[Message]:
+        """Dispatch to the method named like the phase (the only dispatch there is)."""
+        return getattr(self, ctx.phase)(client, inbox, ctx) or []
+
+    # ------------------------------------------------------------------ set-up
+    def init_process(self, model: torch.nn.Module) -> Any:
+        """Once per process, before the clients' replicas are made from ``model``: adjust
+        the initial model (e.g. freeze tensors so every hosted client shares them) and
+        return what the hosted clients share (``ctx.shared``); None by default."""
+        return None
+
+    def init_state(self, client: Client[StateT], shared: Any) -> StateT:
+        """The client's ``State`` before round 0."""
         raise NotImplementedError
 
-    def prepare_model(self, model: torch.nn.Module) -> None:
-        """Adjust the initial model once per process, before the clients' replicas are
-        made (e.g. freeze tensors so every hosted client shares them)."""
+    def init_eval_state(self, client: Client[StateT], shared: Any) -> StateT | None:
+        """The state of the model the global average (GMP) is loaded into for evaluation:
+        only what :meth:`load_state_vector` needs. None by default (the default vector
+        is the model's trainable parameters)."""
+        return None
 
-    def begin_phase(self, round_: int, phase: str, clients: Sequence[Client]) -> None:
-        """Work shared by the clients hosted in one process, before they run ``phase``
+    def begin_phase(self, ctx: PhaseContext, clients: Sequence[Client[StateT]]) -> None:
+        """Work shared by the clients hosted in one process, before they run ``ctx.phase``
         (e.g. refreshing a subspace held once per process)."""
 
-    def state_vector(self, model: torch.nn.Module) -> np.ndarray:
+    # ------------------------------------------------------------------ the model
+    def state_vector(self, client: Client[StateT]) -> np.ndarray:
         """The replica's state as one float64 vector: averaged into the global model
         (GMP) and compared for the consensus distance. Default: trainable parameters."""
-        return params.flat_vector(model)
+        return params.flat_vector(client.model)
 
-    def load_state_vector(self, model: torch.nn.Module, vector: np.ndarray) -> None:
-        params.load_flat(model, vector)
+    def load_state_vector(self, client: Client[StateT], vector: np.ndarray) -> None:
+        params.load_flat(client.model, vector)
 
-    def init_client(self, client: Client) -> None:
-        """Create the client's strategy state before round 0."""
-
-    def run_phase(
-        self, phase: str, client: Client, inbox: list[Message], ctx: PhaseContext
-    ) -> list[Message]:
-        return getattr(self, phase)(client, inbox, ctx) or []
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def to_neighbours(client: Client[Any], ctx: PhaseContext, tag: str,
+                      payload: Any, meta: tuple[int, ...] = ()) -> list[Message]:
+        """The same payload to every neighbour of ``client`` this round, in id order."""
+        return [Message(client.cid, j, tag, payload, meta=meta)
+                for j in ctx.graph.neighbors[client.cid]]

@@ -8,7 +8,8 @@ of one per neighbour. Every round:
   2. compress the difference to the public copy, q_i = C(θ_i − θ̂_i), and send q_i to
      every neighbour            (Top-K: k·(4 + 4) bytes per edge — int32 index, fp32 value);
   3. θ̂_i += q_i,  s_i += w_ii q_i (on sending), then s_i += Σ_{j ∈ N(i)} w_ij q_j;
-  4. consensus step:  θ_i ← θ_i + γ (s_i − θ̂_i)  =  θ_i + γ Σ_j w_ij (θ̂_j − θ̂_i).
+  4. consensus step (γ = ``gossip_step``):
+     θ_i ← θ_i + γ (s_i − θ̂_i)  =  θ_i + γ Σ_j w_ij (θ̂_j − θ̂_i).
 Public copies start at the initial (pretrained) weights, which every client shares: the
 paper finds this matters, since early messages then carry only what training changed.
 With the identity compressor and γ = 1 this is DSGD's exact gossip.
@@ -17,33 +18,32 @@ With the identity compressor and γ = 1 this is DSGD's exact gossip.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
 from decent.compression import CompressionConfig, build_compressor
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.core.messages import Message
+from decent.core.schema import in_range
 from decent.models import params
-from decent.platform.errors import ConfigError
-from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
-from decent.topologies import Topology
 
 
 @dataclass
 class ChocoConfig(LocalTrainingConfig):
+    RENAMED: ClassVar[dict[str, str]] = {"consensus_step": "gossip_step"}
+
     name: str = "choco"
-    consensus_step: float = 1.0  # γ; the SeedFlood paper's setting
+    gossip_step: float = in_range(1.0, 0, 1, lo_open=True)  # γ; the SeedFlood paper's 1
     compression: CompressionConfig = field(
         default_factory=lambda: CompressionConfig(name="topk", keep=0.01)
     )
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
-        if not 0 < self.consensus_step <= 1:
-            raise ConfigError(
-                f"{prefix}.consensus_step", f"must be in (0, 1] (got {self.consensus_step})"
-            )
-        self.compression.validate(f"{prefix}.compression")
         if self.compression.error_feedback:
             raise ConfigError(
                 f"{prefix}.compression.error_feedback",
@@ -52,55 +52,64 @@ class ChocoConfig(LocalTrainingConfig):
             )
 
 
-class ChocoSGD(Strategy):
+@dataclass
+class ChocoState:
+    optimizer: torch.optim.Optimizer
+    public: dict[str, torch.Tensor]  # θ̂_i, the copy every neighbour also holds
+    mixed: dict[str, torch.Tensor]  # s_i = Σ_{j ∈ N(i) ∪ {i}} w_ij θ̂_j
+
+
+class ChocoSGD(Strategy[ChocoState]):
     name = "choco"
     Config = ChocoConfig
+    State = ChocoState
 
-    def __init__(self, cfg: ChocoConfig, n: int) -> None:
-        super().__init__(cfg, n)
-        self.compressor = build_compressor(cfg.compression)
-
-    def check_topology(self, topology: Topology) -> None:
-        if topology.time_varying:
+    def __init__(self, cfg: ChocoConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
+        if graph.time_varying:
             raise ConfigError(
                 "topology.name",
                 f"choco keeps running sums of its neighbours' public copies, so it needs a "
-                f"static graph; '{topology.name}' changes every round",
+                f"static graph; '{graph.name}' changes every round",
             )
+        self.compressor = build_compressor(cfg.compression)
 
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "gossip")
 
-    def init_client(self, client: Client) -> None:
-        client.state["optimizer"] = make_optimizer(client.model, self.cfg)
-        client.state["public"] = params.snapshot(client.model)  # θ̂_i = θ_0
-        client.state["mixed"] = params.snapshot(client.model)  # s_i = Σ_j w_ij θ_0 = θ_0
+    def init_state(self, client: Client[ChocoState], shared: Any) -> ChocoState:
+        # θ̂_i = θ_0 and s_i = Σ_j w_ij θ_0 = θ_0
+        return ChocoState(make_optimizer(client.model, self.cfg),
+                          public=params.snapshot(client.model),
+                          mixed=params.snapshot(client.model))
 
-    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def local(self, client: Client[ChocoState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
+        state = client.state
         client.stats["loss"] = local_steps(
-            client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
+            client.model, state.optimizer, ctx.task, client.data, client.generator,
             cfg.local_steps, cfg.batch_size,
         )
         w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
-        public, mixed = client.state["public"], client.state["mixed"]
         q = {}
         with torch.no_grad():
-            for name, ref in public.items():
+            for name, ref in state.public.items():
                 q[name] = self.compressor.compress(live[name] - ref)
                 dq = self.compressor.decompress(q[name], ref)
                 ref += dq  # θ̂_i += q_i: the neighbours apply the same q_i to their copy
-                mixed[name] += w_self * dq
-        return [Message(client.cid, j, "q", q) for j in ctx.graph.neighbors[client.cid]]
+                state.mixed[name] += w_self * dq
+        return self.to_neighbours(client, ctx, "q", q)
 
     @torch.no_grad()
-    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+    def gossip(self, client: Client[ChocoState], inbox: list[Message],
+               ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
-        public, mixed = client.state["public"], client.state["mixed"]
+        public, mixed = client.state.public, client.state.mixed
         for msg in inbox:  # sorted by source: the sum's order is fixed
             for name, payload in msg.payload.items():
                 mixed[name] += w[msg.src] * self.compressor.decompress(payload, mixed[name])
-        gamma = self.cfg.consensus_step
+        gamma = self.cfg.gossip_step
         for name, p in params.trainable_params(client.model).items():
             p += gamma * (mixed[name] - public[name])

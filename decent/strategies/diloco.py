@@ -14,18 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decent.core.schema import at_least, in_range, one_of, positive
 from decent.strategies.fedavg import FedAvg, FedAvgConfig
+from decent.strategies.local_training import OPTIMIZERS
 
 
 @dataclass
 class DiLoCoConfig(FedAvgConfig):
     name: str = "diloco"
-    local_steps: int = 50
-    optimizer: str = "adamw"
-    lr: float = 4e-4
-    weight_decay: float = 0.1
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
+    local_steps: int = at_least(1, 50)
+    optimizer: str = one_of(OPTIMIZERS, "adamw")
+    lr: float = positive(4e-4)
+    weight_decay: float = at_least(0, 0.1)
+    outer_lr: float = positive(0.7)
+    outer_momentum: float = in_range(0.9, 0, 1, hi_open=True)
     outer_nesterov: bool = True
 
 

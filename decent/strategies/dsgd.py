@@ -10,56 +10,50 @@ Every round, each client i:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from decent.core.messages import Message
 from decent.models import params
-from decent.platform.errors import ConfigError
-from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import average_with_neighbours
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
-
-WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 
 
 @dataclass
 class DSGDConfig(LocalTrainingConfig):
     name: str = "dsgd"
-    wire_dtype: str = "float32"  # "bfloat16" halves the bytes (2·d per edge)
-
-    def validate(self, prefix: str = "strategy") -> None:
-        super().validate(prefix)
-        if self.wire_dtype not in WIRE_DTYPES:
-            raise ConfigError(
-                f"{prefix}.wire_dtype", f"choose one of: {', '.join(WIRE_DTYPES)}"
-            )
+    wire_dtype: str = wire_dtype_field()  # "bfloat16" halves the bytes (2·d per edge)
 
 
-class DSGD(Strategy):
+@dataclass
+class DSGDState:
+    optimizer: torch.optim.Optimizer
+
+
+class DSGD(Strategy[DSGDState]):
     name = "dsgd"
     Config = DSGDConfig
+    State = DSGDState
 
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "gossip")
 
-    def init_client(self, client: Client) -> None:
-        client.state["optimizer"] = make_optimizer(client.model, self.cfg)
+    def init_state(self, client: Client[DSGDState], shared: Any) -> DSGDState:
+        return DSGDState(make_optimizer(client.model, self.cfg))
 
-    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def local(self, client: Client[DSGDState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
         client.stats["loss"] = local_steps(
-            client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
+            client.model, client.state.optimizer, ctx.task, client.data, client.generator,
             cfg.local_steps, cfg.batch_size,
         )
         theta = params.snapshot(client.model, WIRE_DTYPES[cfg.wire_dtype])
-        return [Message(client.cid, j, "params", theta) for j in ctx.graph.neighbors[client.cid]]
+        return self.to_neighbours(client, ctx, "params", theta)
 
-    @torch.no_grad()
-    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
-        w = ctx.graph.weights[client.cid]
-        live = params.trainable_params(client.model)
-        mixed = {name: w[client.cid] * p for name, p in live.items()}
-        for msg in inbox:  # sorted by source: the sum's order is fixed
-            for name, value in msg.payload.items():
-                mixed[name] += w[msg.src] * value.to(mixed[name].dtype)
-        params.load(client.model, mixed)
+    def gossip(self, client: Client[DSGDState], inbox: list[Message],
+               ctx: PhaseContext) -> None:
+        average_with_neighbours(client, inbox, ctx)

@@ -15,16 +15,18 @@ momentum 0.9 is DiLoCo's outer loop (Douillard et al., 2023).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.core.messages import Message
+from decent.core.schema import in_range, positive
 from decent.models import params
-from decent.platform.errors import ConfigError
-from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
-from decent.topologies import Topology
 
 SERVER = 0
 
@@ -32,37 +34,43 @@ SERVER = 0
 @dataclass
 class FedAvgConfig(LocalTrainingConfig):
     name: str = "fedavg"
-    outer_lr: float = 1.0
-    outer_momentum: float = 0.0
+    outer_lr: float = positive(1.0)
+    outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)
     outer_nesterov: bool = False
     # Upload compression (the broadcast stays dense): identity by default.
     compression: CompressionConfig = field(default_factory=CompressionConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
-        self.compression.validate(f"{prefix}.compression")
-        if self.outer_lr <= 0:
-            raise ConfigError(f"{prefix}.outer_lr", f"must be > 0 (got {self.outer_lr})")
         if self.outer_nesterov and self.outer_momentum <= 0:
             raise ConfigError(f"{prefix}.outer_nesterov", "Nesterov needs outer_momentum > 0")
 
 
-class FedAvg(Strategy):
+@dataclass
+class FedAvgState:
+    """The server holds the outer optimiser; a worker its inner optimiser and, with error
+    feedback, the residual of its compressed uploads."""
+
+    outer: torch.optim.Optimizer | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    feedback: ErrorFeedback | None = None
+
+
+class FedAvg(Strategy[FedAvgState]):
     name = "fedavg"
     Config = FedAvgConfig
+    State = FedAvgState
 
-    def __init__(self, cfg: FedAvgConfig, n: int) -> None:
-        super().__init__(cfg, n)
+    def __init__(self, cfg: FedAvgConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
+        if not graph.is_star(SERVER):
+            raise ConfigError(
+                "topology.name",
+                f"{self.name} runs on a star (server at vertex 0); got '{graph.name}'",
+            )
         self.compressor = build_compressor(cfg.compression)
         # Uncompressed uploads stay plain tensors (the FedAvg of the paper, bit for bit).
         self.encoded = cfg.compression.name != "identity" or cfg.compression.error_feedback
-
-    def check_topology(self, topology: Topology) -> None:
-        if topology.name != "star":
-            raise ConfigError(
-                "topology.name",
-                f"{self.name} runs on a star (server at vertex 0); got '{topology.name}'",
-            )
 
     def data_holders(self) -> list[int]:
         return [cid for cid in range(self.n) if cid != SERVER]
@@ -70,37 +78,40 @@ class FedAvg(Strategy):
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "aggregate", "sync")
 
-    def init_client(self, client: Client) -> None:
+    def init_state(self, client: Client[FedAvgState], shared: Any) -> FedAvgState:
         cfg = self.cfg
         if client.cid == SERVER:
-            client.state["outer"] = torch.optim.SGD(
+            return FedAvgState(outer=torch.optim.SGD(
                 params.trainable_params(client.model).values(),
                 lr=cfg.outer_lr, momentum=cfg.outer_momentum, nesterov=cfg.outer_nesterov,
-            )
-        else:
-            client.state["optimizer"] = make_optimizer(client.model, cfg)
-            if cfg.compression.error_feedback:
-                client.state["feedback"] = ErrorFeedback(self.compressor)
+            ))
+        return FedAvgState(
+            optimizer=make_optimizer(client.model, cfg),
+            feedback=ErrorFeedback(self.compressor) if cfg.compression.error_feedback else None,
+        )
 
-    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def local(self, client: Client[FedAvgState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
         if client.cid == SERVER:
             return []
+        state = client.state
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
-            client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
+            client.model, state.optimizer, ctx.task, client.data, client.generator,
             self.cfg.local_steps, self.cfg.batch_size,
         )
         live = params.trainable_params(client.model)
         delta = {name: start[name] - live[name].detach() for name in start}
-        if "feedback" in client.state:
-            wire = client.state["feedback"].compress(delta)
+        if state.feedback is not None:
+            wire = state.feedback.compress(delta)
         elif self.encoded:
             wire = {name: self.compressor.compress(t) for name, t in delta.items()}
         else:
             wire = delta
         return [Message(client.cid, SERVER, "delta", wire)]
 
-    def aggregate(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def aggregate(self, client: Client[FedAvgState], inbox: list[Message],
+                  ctx: PhaseContext) -> list[Message]:
         if client.cid != SERVER:
             return []
         live = params.trainable_params(client.model)
@@ -111,10 +122,10 @@ class FedAvg(Strategy):
                 for msg in inbox
             ]
             p.grad = sum(deltas) / len(deltas)
-        client.state["outer"].step()
-        theta = params.snapshot(client.model)
-        return [Message(SERVER, j, "global", theta) for j in ctx.graph.neighbors[SERVER]]
+        client.state.outer.step()
+        return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))
 
-    def sync(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+    def sync(self, client: Client[FedAvgState], inbox: list[Message],
+             ctx: PhaseContext) -> None:
         for msg in inbox:
             params.load(client.model, msg.payload)

@@ -4,7 +4,9 @@ DiLoCo's outer optimiser on any graph. Outer step t, worker i:
   1. H_i inner steps from θ_t^i (H_i may differ per worker):  θ_{t,H_i}^i;
   2. pseudo-gradient (the drift)  g_t^i = θ_{t,H_i}^i − θ_t^i;
   3. proposal  y_t^i = θ_t^i + η g_t^i, sent to every neighbour       (4·d bytes per edge);
-  4. θ_{t+1}^i = y_t^i − α Σ_{j ∈ N(i)} λ_ij (y_t^i − y_t^j) + γ (y_t^i − y_{t−1}^i).
+  4. θ_{t+1}^i = y_t^i − α Σ_{j ∈ N(i)} λ_ij (y_t^i − y_t^j) + γ (y_t^i − y_{t−1}^i),
+     with α = ``gossip_step``, γ = ``outer_momentum``; ``momentum`` is the inner SGD's,
+     as in every strategy.
 Stacked over workers, step 4 is θ_{t+1} = y_t − α Λ y_t + γ (y_t − y_{t−1}) with Λ the
 weighted Laplacian of the round's graph. γ = 0 is plain GASLoC; γ > 0 the accelerated
 variant (momentum on the post-update iterates), whose rate depends on √χ rather than on
@@ -28,87 +30,78 @@ H = 1, η = 1, α = 1, γ = 0 it is DSGD with one local step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.core.messages import Message
+from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models import params
-from decent.platform.errors import ConfigError
-from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.dsgd import WIRE_DTYPES
-from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.strategies.local_training import (
+    OPTIMIZERS,
+    LocalTrainingConfig,
+    local_steps,
+    make_optimizer,
+)
+from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 
 EDGE_WEIGHTS = ("mixing", "unit")
 
 
 @dataclass
 class GASLoCConfig(LocalTrainingConfig):
+    RENAMED: ClassVar[dict[str, str]] = {"inner_momentum": "momentum"}
+
     name: str = "gasloc"
-    optimizer: str = "adamw"
-    lr: float = 4e-4
-    outer_lr: float = 1.0  # η
-    gossip_step: float = 1.0  # α
-    momentum: float = 0.0  # γ on the post-update iterates (0: plain GASLoC)
-    inner_momentum: float = 0.0  # SGD momentum of the inner optimiser
-    edge_weights: str = "mixing"  # λ_ij
-    local_steps_min: int = 0  # > 0: H_i ~ U{local_steps_min..local_steps} per worker
-    local_steps_per_worker: list[int] | None = None
-    wire_dtype: str = "float32"
+    optimizer: str = one_of(OPTIMIZERS, "adamw")
+    lr: float = positive(4e-4)
+    outer_lr: float = positive(1.0)  # η
+    gossip_step: float = positive(1.0)  # α
+    outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)  # γ (0: plain GASLoC)
+    edge_weights: str = one_of(EDGE_WEIGHTS, "mixing")  # λ_ij
+    local_steps_min: int = at_least(0, 0)  # > 0: H_i ~ U{local_steps_min..local_steps}
+    local_steps_per_worker: list[int] | None = at_least(1, None, nullable=True, each=True)
+    wire_dtype: str = wire_dtype_field()
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
-        if self.outer_lr <= 0:
-            raise ConfigError(f"{prefix}.outer_lr", f"must be > 0 (got {self.outer_lr})")
-        if self.gossip_step <= 0:
-            raise ConfigError(f"{prefix}.gossip_step", f"must be > 0 (got {self.gossip_step})")
-        if not 0 <= self.inner_momentum < 1:
-            raise ConfigError(
-                f"{prefix}.inner_momentum", f"must be in [0, 1) (got {self.inner_momentum})"
-            )
-        if self.edge_weights not in EDGE_WEIGHTS:
-            raise ConfigError(
-                f"{prefix}.edge_weights", f"choose one of: {', '.join(EDGE_WEIGHTS)}"
-            )
-        if self.local_steps_min < 0 or self.local_steps_min > self.local_steps:
+        if self.local_steps_min > self.local_steps:
             raise ConfigError(
                 f"{prefix}.local_steps_min",
                 f"must be in [0, local_steps={self.local_steps}] (got {self.local_steps_min})",
             )
-        if self.local_steps_per_worker is not None and any(
-            h < 1 for h in self.local_steps_per_worker
-        ):
-            raise ConfigError(
-                f"{prefix}.local_steps_per_worker",
-                f"every H_i must be ≥ 1 (got {self.local_steps_per_worker})",
-            )
-        if self.wire_dtype not in WIRE_DTYPES:
-            raise ConfigError(f"{prefix}.wire_dtype", f"choose one of: {', '.join(WIRE_DTYPES)}")
 
 
-class GASLoC(Strategy):
+@dataclass
+class GASLoCState:
+    optimizer: torch.optim.Optimizer
+    H: int  # this worker's inner steps per outer step
+    y: dict[str, torch.Tensor] | None = None  # y_t, between the two phases of a step
+    y_prev: dict[str, torch.Tensor] | None = None  # y_{t−1}, kept when γ > 0
+
+
+class GASLoC(Strategy[GASLoCState]):
     name = "gasloc"
     Config = GASLoCConfig
+    State = GASLoCState
 
-    def __init__(self, cfg: GASLoCConfig, n: int) -> None:
-        super().__init__(cfg, n)
+    def __init__(self, cfg: GASLoCConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
         per_worker = cfg.local_steps_per_worker
-        if per_worker is not None and len(per_worker) != n:
+        if per_worker is not None and len(per_worker) != graph.n:
             raise ConfigError(
                 "strategy.local_steps_per_worker",
-                f"needs one H_i per worker: {n} values (got {len(per_worker)})",
+                f"needs one H_i per worker: {graph.n} values (got {len(per_worker)})",
             )
-        # The `momentum` field is γ; the inner optimiser reads its own momentum.
-        self.inner_cfg = LocalTrainingConfig(
-            local_steps=cfg.local_steps, batch_size=cfg.batch_size, optimizer=cfg.optimizer,
-            lr=cfg.lr, momentum=cfg.inner_momentum, weight_decay=cfg.weight_decay,
-        )
 
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "gossip")
 
-    def init_client(self, client: Client) -> None:
+    def init_state(self, client: Client[GASLoCState], shared: Any) -> GASLoCState:
         cfg = self.cfg
-        client.state["optimizer"] = make_optimizer(client.model, self.inner_cfg)
         if cfg.local_steps_per_worker is not None:
             h = cfg.local_steps_per_worker[client.cid]
         elif cfg.local_steps_min > 0:
@@ -116,36 +109,41 @@ class GASLoC(Strategy):
             h = cfg.local_steps_min + int(torch.randint(span, (1,), generator=client.generator))
         else:
             h = cfg.local_steps
-        client.state["H"] = h
+        return GASLoCState(make_optimizer(client.model, cfg), H=h)
 
-    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def local(self, client: Client[GASLoCState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
+        state = client.state
         theta = params.snapshot(client.model)  # θ_t^i
         client.stats["loss"] = local_steps(
-            client.model, client.state["optimizer"], ctx.task, client.data, client.generator,
-            client.state["H"], cfg.batch_size,
+            client.model, state.optimizer, ctx.task, client.data, client.generator,
+            state.H, cfg.batch_size,
         )
         with torch.no_grad():
             live = params.trainable_params(client.model)
             # y = θ + η g with g = θ_H − θ (the drift)
             y = {name: theta[name] + cfg.outer_lr * (live[name] - theta[name]) for name in live}
-        client.state["y"] = y
+        state.y = y
         wire = {name: t.to(WIRE_DTYPES[cfg.wire_dtype]) for name, t in y.items()}
-        return [Message(client.cid, j, "y", wire) for j in ctx.graph.neighbors[client.cid]]
+        return self.to_neighbours(client, ctx, "y", wire)
 
     @torch.no_grad()
-    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+    def gossip(self, client: Client[GASLoCState], inbox: list[Message],
+               ctx: PhaseContext) -> None:
         cfg = self.cfg
-        y = client.state.pop("y")
+        state = client.state
+        y, state.y = state.y, None
+        assert y is not None
         w = ctx.graph.weights[client.cid]
         new = {name: t.clone() for name, t in y.items()}
         for msg in inbox:  # sorted by source: the sum's order is fixed
             lam = w[msg.src] if cfg.edge_weights == "mixing" else 1.0
             for name, y_j in msg.payload.items():
                 new[name] -= cfg.gossip_step * lam * (y[name] - y_j.to(y[name].dtype))
-        if cfg.momentum > 0:
-            prev = client.state.get("y_prev", y)  # y_{−1} = y_0
+        if cfg.outer_momentum > 0:
+            prev = state.y_prev if state.y_prev is not None else y  # y_{−1} = y_0
             for name in new:
-                new[name] += cfg.momentum * (y[name] - prev[name])
-            client.state["y_prev"] = y
+                new[name] += cfg.outer_momentum * (y[name] - prev[name])
+            state.y_prev = y
         params.load(client.model, new)

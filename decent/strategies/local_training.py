@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.schema import at_least, in_range, one_of, positive
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -14,29 +15,25 @@ OPTIMIZERS = ("sgd", "adamw")
 
 @dataclass
 class LocalTrainingConfig:
-    """Hyper-parameters of a client's inner loop (fields shared by many strategies)."""
+    """Hyper-parameters of a client's inner loop (fields shared by many strategies).
 
-    local_steps: int = 5
-    batch_size: int = 8
-    optimizer: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    In every strategy ``lr``, ``momentum`` and ``weight_decay`` are the inner optimiser's;
+    outer steps have their own ``outer_*`` fields."""
+
+    local_steps: int = at_least(1, 5)
+    batch_size: int = at_least(1, 8)
+    optimizer: str = one_of(OPTIMIZERS, "sgd")
+    lr: float = positive(0.05)
+    momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
+    weight_decay: float = at_least(0, 0.0)
 
     def validate(self, prefix: str = "strategy") -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"{prefix}.lr", f"must be > 0 (got {self.lr})")
-        if self.local_steps < 1:
-            raise ConfigError(f"{prefix}.local_steps", f"must be ≥ 1 (got {self.local_steps})")
-        if self.batch_size < 1:
-            raise ConfigError(f"{prefix}.batch_size", f"must be ≥ 1 (got {self.batch_size})")
-        if self.optimizer not in OPTIMIZERS:
+        if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
-                f"{prefix}.optimizer",
-                f"unknown optimizer '{self.optimizer}'; choose one of: {', '.join(OPTIMIZERS)}",
+                f"{prefix}.momentum",
+                f"is the inner SGD momentum and AdamW does not use it (got {self.momentum}); "
+                "set it to 0 or use optimizer=sgd (an outer momentum is outer_momentum)",
             )
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"{prefix}.momentum", f"must be in [0, 1) (got {self.momentum})")
 
 
 def make_optimizer(model: torch.nn.Module, cfg: LocalTrainingConfig) -> torch.optim.Optimizer:

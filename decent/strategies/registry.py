@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from decent.platform.registry import Registry
+from decent.core.registry import Registry
 from decent.strategies.choco import ChocoSGD
 from decent.strategies.diloco import DiLoCo
 from decent.strategies.dsgd import DSGD
+from decent.strategies.dzsgd import DZSGD
 from decent.strategies.fedavg import FedAvg
 from decent.strategies.gasloc import GASLoC
+from decent.strategies.mezo import MeZO
 from decent.strategies.seed_gossip import SeedGossip
 from decent.strategies.seedflood import SeedFlood
-from decent.strategies.zo_local import DZSGD, MeZO
 
 STRATEGIES = Registry("strategy")
 for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip):

@@ -13,15 +13,16 @@ the blow-up SeedFlood's flooding of (seed, α) pairs avoids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from decent.core.messages import Message
 from decent.models import params
-from decent.platform.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.zo_local import ZOStepConfig, zo_steps
+from decent.strategies.zo_training import ZOStepConfig, zo_steps
 from decent.zo import mezo
 
 
@@ -30,39 +31,47 @@ class SeedGossipConfig(ZOStepConfig):
     name: str = "seed_gossip"
 
 
-class SeedGossip(Strategy):
+@dataclass
+class SeedGossipState:
+    theta0: dict[str, torch.Tensor]  # the initial model every rebuild starts from
+    coef: dict[int, float] = field(default_factory=dict)  # seed → coefficient (float64)
+
+
+class SeedGossip(Strategy[SeedGossipState]):
     name = "seed_gossip"
     Config = SeedGossipConfig
+    State = SeedGossipState
 
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "gossip")
 
-    def init_client(self, client: Client) -> None:
-        client.state["theta0"] = params.snapshot(client.model)
-        client.state["coef"] = {}  # seed -> coefficient (float64 while mixing)
+    def init_state(self, client: Client[SeedGossipState], shared: Any) -> SeedGossipState:
+        return SeedGossipState(theta0=params.snapshot(client.model))
 
     @torch.no_grad()
-    def local(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> list[Message]:
+    def local(self, client: Client[SeedGossipState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
+        state = client.state
         client.stats["loss"], updates = zo_steps(client, ctx, self.cfg)
         for seed, coef in updates:
-            client.state["coef"][seed] = client.state["coef"].get(seed, 0.0) + coef
-        client.stats["coefficients"] = float(len(client.state["coef"]))
-        seeds = sorted(client.state["coef"])
+            state.coef[seed] = state.coef.get(seed, 0.0) + coef
+        client.stats["coefficients"] = float(len(state.coef))
+        seeds = sorted(state.coef)
         payload = (torch.tensor(seeds, dtype=torch.int64),
-                   torch.tensor([client.state["coef"][s] for s in seeds], dtype=torch.float32))
-        return [Message(client.cid, j, "coefficients", payload)
-                for j in ctx.graph.neighbors[client.cid]]
+                   torch.tensor([state.coef[s] for s in seeds], dtype=torch.float32))
+        return self.to_neighbours(client, ctx, "coefficients", payload)
 
     @torch.no_grad()
-    def gossip(self, client: Client, inbox: list[Message], ctx: PhaseContext) -> None:
+    def gossip(self, client: Client[SeedGossipState], inbox: list[Message],
+               ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
-        mixed: dict[int, float] = {s: w[client.cid] * c for s, c in client.state["coef"].items()}
+        mixed: dict[int, float] = {s: w[client.cid] * c for s, c in client.state.coef.items()}
         for msg in inbox:
             seeds, coefs = msg.payload
             for s, c in zip(seeds.tolist(), coefs.tolist(), strict=True):
                 mixed[s] = mixed.get(s, 0.0) + w[msg.src] * c
-        client.state["coef"] = mixed
+        client.state.coef = mixed
         # rebuild θ_i = θ_0 − Σ_s c[s] z(s): one d-entry Gaussian per seed held
-        params.load(client.model, client.state["theta0"])
+        params.load(client.model, client.state.theta0)
         tensors = list(params.trainable_params(client.model).values())
         mezo.apply_updates(tensors, [(s, float(np.float32(c))) for s, c in sorted(mixed.items())])

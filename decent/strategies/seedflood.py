@@ -1,48 +1,56 @@
-"""SeedFlood (Kim & Lee) — Algorithm 1 of ``seeds/seedflood.txt``.
+"""SeedFlood (Kim & Lee) — Algorithm 1 of ``seeds/seedflood.txt``, with §4.5's delayed flooding.
 
 Per iteration t, every client i:
   1. (every τ iterations) all clients refresh the shared subspace from s_glob + t;
   2. samples a minibatch and a fresh seed s_{i,t}; estimates α_{i,t} with SubCGE (or
      dense MeZO); its update is the message (s_{i,t}, c = η α_{i,t} / n);
-  3. floods: for k hops (k = diameter D by default) it sends every message it saw for the
-     first time in the previous hop to all its neighbours, drops messages already seen,
-     and applies every message exactly once, its own included:  θ ← θ − c·z(s).
+  3. floods with k sends (k = diameter D by default): at send 1 it sends its own message
+     (and what it first saw at the previous iteration's last send) to all neighbours; at
+     send j + 1 it forwards what it first saw at send j; messages already seen are
+     dropped; every message is applied exactly once, its own included:  θ ← θ − c·z(s).
 
-With k = D every client has applied all n updates of iteration t by its end: the replicas
-are the same model ("perfect consensus") on any connected graph. With k < D (delayed
-flooding) messages still in flight go on in the next iteration, arriving at most
-⌈D/k⌉ iterations late.
+A message travels at most D hops (the diameter, which Algorithm 1 already assumes known):
+a client does not forward a message that has travelled D hops, since every client has it
+by then. So with k = D every client applies all n updates of iteration t by its end and
+no send carries only duplicates — the replicas are the same model ("perfect consensus") on
+any connected graph. With k < D (delayed flooding) a message first seen at the last send
+of an iteration is forwarded at the first send of the next one; an update made in
+iteration t reaches hop distance d during iteration t + ⌈d/k⌉ − 1 and is applied at its
+end: staleness ⌈d/k⌉ − 1, within the paper's bound ⌈D/k⌉.
 
-Wire size of a message: an 8-byte seed and a 4-byte float32 coefficient = 12 bytes. Every
-client forwards each message once to each neighbour, so each directed edge carries
-12·n bytes per iteration.
+The phases of an iteration with k sends: ``compute`` (estimate, send 1), ``forward``
+(k − 1 times: sends 2..k), ``apply`` (take in send k, apply everything seen this
+iteration). Wire size of a message: an 8-byte seed and a 4-byte float32 coefficient = 12
+bytes; origin, iteration and hop count ride in the (uncounted) header.
 
 Platform choices (documented in the README):
-* messages received in an iteration are applied at its end, sorted by seed, so replicas
-  that received the same messages are bit-for-bit identical whatever the arrival order;
-  the iteration tag and origin ride in the message header (``meta``), not in the 12 bytes;
-* subspace refresh under delayed flooding **drains**: the iteration before a refresh runs
-  D − k extra hops, so no message of the old subspace is still in flight; each process then
-  rebuilds A from the updates since the last refresh in canonical order (iteration, seed),
-  folds U A Vᵀ into the weights its replicas share, and zeroes every replica's A (see
-  ``decent.zo.estimators.SubCGE.refresh``).
+* messages are applied at the end of the iteration in which they arrive, sorted by seed,
+  so replicas that received the same messages in the same iterations are bit-for-bit
+  identical whatever the arrival order;
+* subspace refresh under delayed flooding **drains**: the iteration before a refresh
+  makes D sends (not k), so no message of the old subspace is still in flight; each
+  process then rebuilds A from the updates since the last refresh in canonical order
+  (iteration, seed), folds U A Vᵀ into the weights its replicas share, and zeroes every
+  replica's A (see ``decent.zo.estimators.SubCGE.refresh``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from decent.platform.errors import ConfigError
-from decent.platform.messages import Message, Scalar, Seed
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.core.messages import Message, Scalar, Seed
+from decent.core.schema import at_least, one_of, positive, seed_field
+from decent.core.stats import Max, Mean
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.zo_local import draw_seed
-from decent.topologies import Topology
-from decent.zo.estimators import DenseMeZO, SubCGE
+from decent.zo.estimators import DenseMeZO, Replica, SubCGE, Update
+from decent.zo.seeds import draw_seed
 
 ESTIMATORS = ("subcge", "mezo")
 
@@ -50,148 +58,197 @@ ESTIMATORS = ("subcge", "mezo")
 @dataclass
 class SeedFloodConfig:
     name: str = "seedflood"
-    lr: float = 1e-5  # η; the paper's grid {1e-5, 1e-6}
-    eps: float = 1e-3  # ε of the two-point estimate
-    batch_size: int = 16
-    estimator: str = "subcge"  # subcge | mezo
-    rank: int = 64  # SubCGE rank r (paper: 64 for OPT-125M, 32 for OPT-1.3B)
-    refresh_every: int = 0  # τ: 0 = never (the paper's OPT-125M setting τ = 5000)
-    subspace_seed: int = 0  # s_glob
-    hops: int = 0  # k flood hops per iteration; 0 = the graph's diameter
+    lr: float = positive(1e-5)  # η; the paper's grid {1e-5, 1e-6}
+    eps: float = positive(1e-3)  # ε of the two-point estimate
+    batch_size: int = at_least(1, 16)
+    estimator: str = one_of(ESTIMATORS, "subcge")
+    rank: int = at_least(1, 64)  # SubCGE rank r (paper: 64 for OPT-125M, 32 for OPT-1.3B)
+    refresh_every: int = at_least(0, 0)  # τ: 0 = never (the paper's OPT-125M τ = 5000)
+    subspace_seed: int = seed_field(0)  # s_glob
+    hops: int = at_least(0, 0)  # k flooding sends per iteration; 0 = the graph's diameter
     log_messages: bool = False  # record (origin, iteration sent, iteration applied)
 
-    def validate(self, prefix: str = "strategy") -> None:
-        for key in ("lr", "eps"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"{prefix}.{key}", f"must be > 0 (got {getattr(self, key)})")
-        if self.estimator not in ESTIMATORS:
-            raise ConfigError(f"{prefix}.estimator", f"choose one of: {', '.join(ESTIMATORS)}")
-        for key, least in (("batch_size", 1), ("rank", 1), ("refresh_every", 0), ("hops", 0)):
-            if getattr(self, key) < least:
-                raise ConfigError(f"{prefix}.{key}", f"must be ≥ {least}")
+
+@dataclass(frozen=True)
+class Flooded:
+    """One update as a client holds it: the 12 bytes, and the header (origin, the
+    iteration it was made in, the hops it has travelled to reach this client)."""
+
+    seed: int
+    coef: float
+    origin: int
+    t: int
+    hop: int
 
 
-class SeedFlood(Strategy):
+@dataclass
+class SeedFloodState:
+    replica: Replica  # the estimator's private state of this client's model
+    seen: dict[int, set[int]] = field(default_factory=dict)  # iteration → seeds seen
+    queue: list[Flooded] = field(default_factory=list)  # seen this iteration, not applied
+    carry: list[Flooded] = field(default_factory=list)  # for the next iteration's send 1
+    # with log_messages: (origin, iteration made, iteration applied) of every update
+    # applied, and (seed, coefficient) of the client's own updates
+    log: list[tuple[int, int, int]] = field(default_factory=list)
+    sent: list[Update] = field(default_factory=list)
+
+
+@dataclass
+class SeedFloodProcess:
+    """What the clients of one process share: the estimator (SubCGE's basis and the frozen
+    weights) and every update applied here since the last subspace refresh."""
+
+    estimator: DenseMeZO | SubCGE
+    history: dict[int, tuple[int, float]] = field(default_factory=dict)  # seed → (t, c)
+
+
+class SeedFlood(Strategy[SeedFloodState]):
     name = "seedflood"
     Config = SeedFloodConfig
+    State = SeedFloodState
 
-    def __init__(self, cfg: SeedFloodConfig, n: int) -> None:
-        super().__init__(cfg, n)
-        self.zo = SubCGE(cfg.rank, cfg.subspace_seed) if cfg.estimator == "subcge" \
-            else DenseMeZO()
-        self.diameter = 0
-        self.k = 0
-        # every update applied in this process since the last refresh: seed → (t, coef)
-        self.history: dict[int, tuple[int, float]] = {}
-        self.sent: list[tuple[int, float]] = []  # own updates, when log_messages is on
-
-    # ------------------------------------------------------------------ set-up
-    def check_topology(self, topology: Topology) -> None:
-        if topology.time_varying:
+    def __init__(self, cfg: SeedFloodConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
+        if graph.time_varying or graph.diameter is None:
             raise ConfigError("topology.name", "seedflood floods over a static connected "
-                              f"graph; '{topology.name}' is redrawn every round")
-        self.diameter = topology.diameter()
-        self.k = self.cfg.hops or self.diameter
-        if self.k > self.diameter and self.n > 1:
-            raise ConfigError("strategy.hops", f"{self.k} hops exceed the graph's diameter "
+                              f"graph; '{graph.name}' is redrawn every round")
+        self.diameter = graph.diameter  # D
+        self.k = cfg.hops or self.diameter
+        if self.k > self.diameter and graph.n > 1:
+            raise ConfigError("strategy.hops", f"{self.k} sends exceed the graph's diameter "
                               f"{self.diameter}: use 0 (= diameter) or fewer")
+        # an update of iteration t is last received (at hop D) in iteration t + lag
+        self.lag = math.ceil(self.diameter / self.k) - 1 if self.diameter else 0
 
-    def hops(self, round_: int) -> int:
-        """k, plus D − k drain hops in the iteration before a subspace refresh."""
+    # ------------------------------------------------------------------ schedule
+    def sends(self, round_: int) -> int:
+        """k, or D in the iteration before a subspace refresh (the drain)."""
         tau = self.cfg.refresh_every
         if tau and self.cfg.estimator == "subcge" and (round_ + 1) % tau == 0:
             return max(self.k, self.diameter)
         return self.k
 
-    def phases(self, round_: int) -> list[str]:
-        return ["compute"] + [f"hop:{j}" for j in range(1, self.hops(round_) + 1)]
+    def phases(self, round_: int) -> tuple[str, ...]:
+        return ("compute", *("forward",) * max(self.sends(round_) - 1, 0), "apply")
 
-    def prepare_model(self, model: torch.nn.Module) -> None:
-        self.zo.prepare_base(model)
+    # ------------------------------------------------------------------ set-up
+    def init_process(self, model: torch.nn.Module) -> SeedFloodProcess:
+        cfg = self.cfg
+        estimator = SubCGE(cfg.rank, cfg.subspace_seed) if cfg.estimator == "subcge" \
+            else DenseMeZO()
+        estimator.prepare_base(model)
+        return SeedFloodProcess(estimator)
 
-    def init_client(self, client: Client) -> None:
-        self.zo.init_replica(client.model)
-        client.state.update(seen={}, queue=[], log=[])
+    def init_state(self, client: Client[SeedFloodState],
+                   shared: SeedFloodProcess) -> SeedFloodState:
+        return SeedFloodState(replica=shared.estimator.init_replica(client.model))
 
-    def begin_phase(self, round_: int, phase: str, clients: Sequence[Client]) -> None:
-        tau = self.cfg.refresh_every
-        if phase == "compute" and tau and round_ > 0 and round_ % tau == 0:
-            by_round: dict[int, list[tuple[int, float]]] = {}
-            for seed, (t, coef) in self.history.items():
-                by_round.setdefault(t, []).append((seed, coef))
-            history = [sorted(by_round[t]) for t in sorted(by_round)]
-            self.zo.refresh([c.model for c in clients], self.cfg.subspace_seed + round_,
-                            history)
-            self.history = {}
+    def init_eval_state(self, client: Client[SeedFloodState],
+                        shared: SeedFloodProcess) -> SeedFloodState:
+        return self.init_state(client, shared)
+
+    def begin_phase(self, ctx: PhaseContext, clients: Sequence[Client[SeedFloodState]]) -> None:
+        tau, t = self.cfg.refresh_every, ctx.round
+        if ctx.phase == "compute" and tau and t > 0 and t % tau == 0:
+            shared: SeedFloodProcess = ctx.shared
+            by_round: dict[int, list[Update]] = {}
+            for seed, (made, coef) in shared.history.items():
+                by_round.setdefault(made, []).append((seed, coef))
+            history = [sorted(by_round[made]) for made in sorted(by_round)]
+            shared.estimator.refresh([c.model for c in clients],
+                                     [c.state.replica for c in clients],  # type: ignore[misc]
+                                     self.cfg.subspace_seed + t, history)
+            shared.history.clear()
 
     # ------------------------------------------------------------------ phases
-    def run_phase(self, phase: str, client: Client, inbox: list[Message],
-                  ctx: PhaseContext) -> list[Message]:
-        fresh = self.receive(client, inbox, ctx.round)
-        if phase == "compute":
-            self.apply_queue(client, ctx.round)  # late arrivals first (delayed flooding)
-            fresh.append(self.own_update(client, ctx))
-        if phase == f"hop:{self.hops(ctx.round)}" or (phase == "compute" and
-                                                       self.hops(ctx.round) == 0):
-            self.apply_queue(client, ctx.round)
-        return [Message(client.cid, j, "flood", (Seed(seed), Scalar(coef)), meta=(origin, t))
-                for (seed, coef, origin, t) in fresh for j in ctx.graph.neighbors[client.cid]]
+    def compute(self, client: Client[SeedFloodState], inbox: list[Message],
+                ctx: PhaseContext) -> list[Message]:
+        """(B) estimate α on a fresh batch and seed; send 1 of the flooding."""
+        state = client.state
+        own = self.own_update(client, ctx)
+        self.see(state, own)
+        outgoing, state.carry = [own, *state.carry], []
+        return self.send(client, ctx, outgoing)
 
-    def receive(self, client: Client, inbox: list[Message], round_: int) -> list[tuple]:
-        """Messages seen for the first time: queued for application, to be forwarded."""
-        seen: dict[int, set[int]] = client.state["seen"]
-        fresh = []
-        for msg in inbox:
-            seed, coef = msg.payload[0].value, msg.payload[1].value
-            origin, t = msg.meta
-            if seed in seen.setdefault(t, set()):
-                continue
-            seen[t].add(seed)
-            fresh.append((seed, coef, origin, t))
-            client.state["queue"].append((seed, coef, origin, t))
-        # a message can arrive no later than ⌈D/k⌉ iterations after it was sent
-        horizon = round_ - math.ceil(self.diameter / max(self.k, 1)) - 2
-        for t in [t for t in seen if t < horizon]:
-            del seen[t]
-        return fresh
+    def forward(self, client: Client[SeedFloodState], inbox: list[Message],
+                ctx: PhaseContext) -> list[Message]:
+        """Sends 2..k: forward what was first seen at the previous send."""
+        return self.send(client, ctx, self.receive(client.state, inbox))
 
+    def apply(self, client: Client[SeedFloodState], inbox: list[Message],
+              ctx: PhaseContext) -> None:
+        """Take in send k; keep what is still travelling for the next iteration's send 1;
+        apply every update seen this iteration."""
+        state = client.state
+        state.carry = [m for m in self.receive(state, inbox) if m.hop < self.diameter]
+        queue = sorted(state.queue, key=lambda m: m.seed)  # arrival order must not matter
+        state.queue = []
+        ctx.shared.estimator.apply(state.replica, [(m.seed, m.coef) for m in queue])
+        if self.cfg.refresh_every:
+            ctx.shared.history.update((m.seed, (m.t, m.coef)) for m in queue)
+        staleness = [ctx.round - m.t for m in queue]
+        client.stats["staleness_mean"] = Mean(float(sum(staleness)), len(staleness))
+        client.stats["staleness_max"] = Max(float(max(staleness)))
+        if self.cfg.log_messages:
+            state.log.extend((m.origin, m.t, ctx.round) for m in queue)
+        # an update of iteration t arrives (hop D) by iteration t + lag: older seed sets
+        # can no longer be needed to drop a duplicate
+        for made in [made for made in state.seen if made < ctx.round - self.lag]:
+            del state.seen[made]
+
+    # ------------------------------------------------------------------ helpers
     @torch.no_grad()
-    def own_update(self, client: Client, ctx: PhaseContext) -> tuple:
+    def own_update(self, client: Client[SeedFloodState], ctx: PhaseContext) -> Flooded:
         model = client.model
         model.eval()
         batch = client.data.sample(self.cfg.batch_size, client.generator)
-        seed = draw_seed(client)
+        seed = draw_seed(client.generator)
         losses: list[float] = []
 
         def loss_fn() -> float:
             losses.append(float(ctx.task.loss(model, batch)))
             return losses[-1]
 
-        alpha = self.zo.estimate(model, loss_fn, seed, self.cfg.eps)
+        alpha = ctx.shared.estimator.estimate(model, client.state.replica, loss_fn, seed,
+                                              self.cfg.eps)
         client.stats["loss"] = sum(losses) / len(losses)
         # the coefficient travels as float32: every client, the sender too, applies that
         coef = float(np.float32(self.cfg.lr * alpha / self.n))
-        update = (seed, coef, client.cid, ctx.round)
-        client.state["seen"].setdefault(ctx.round, set()).add(seed)
-        client.state["queue"].append(update)
         if self.cfg.log_messages:
-            self.sent.append((seed, coef))
-        return update
+            client.state.sent.append((seed, coef))
+        return Flooded(seed, coef, client.cid, ctx.round, hop=0)
 
-    def apply_queue(self, client: Client, round_: int) -> None:
-        queue = sorted(client.state["queue"])  # by seed: arrival order must not matter
-        if not queue:
-            return
-        self.zo.apply(client.model, [(seed, coef) for seed, coef, _, _ in queue])
-        if self.cfg.refresh_every:
-            self.history.update((seed, (t, coef)) for seed, coef, _, t in queue)
-        if self.cfg.log_messages:
-            client.state["log"].extend((origin, t, round_) for _, _, origin, t in queue)
-        client.state["queue"] = []
+    @staticmethod
+    def see(state: SeedFloodState, m: Flooded) -> bool:
+        """Record ``m``; False if it was seen before (a duplicate to drop)."""
+        seeds = state.seen.setdefault(m.t, set())
+        if m.seed in seeds:
+            return False
+        seeds.add(m.seed)
+        state.queue.append(m)
+        return True
+
+    def receive(self, state: SeedFloodState, inbox: list[Message]) -> list[Flooded]:
+        """The messages of ``inbox`` seen for the first time (queued for application)."""
+        fresh = []
+        for msg in inbox:
+            origin, t, hop = msg.meta
+            m = Flooded(msg.payload[0].value, msg.payload[1].value, origin, t, hop)
+            if self.see(state, m):
+                fresh.append(m)
+        return fresh
+
+    def send(self, client: Client[SeedFloodState], ctx: PhaseContext,
+             messages: list[Flooded]) -> list[Message]:
+        """Every message that has travelled fewer than D hops, to every neighbour."""
+        return [out for m in messages if m.hop < self.diameter
+                for out in self.to_neighbours(client, ctx, "flood",
+                                              (Seed(m.seed), Scalar(m.coef)),
+                                              meta=(m.origin, m.t, m.hop + 1))]
 
     # ------------------------------------------------------------------ state
-    def state_vector(self, model: torch.nn.Module) -> np.ndarray:
-        return self.zo.state_vector(model)
+    def state_vector(self, client: Client[SeedFloodState]) -> np.ndarray:
+        return client.state.replica.vector()
 
-    def load_state_vector(self, model: torch.nn.Module, vector: np.ndarray) -> None:
-        self.zo.load_state_vector(model, vector)
+    def load_state_vector(self, client: Client[SeedFloodState], vector: np.ndarray) -> None:
+        client.state.replica.load_vector(vector)

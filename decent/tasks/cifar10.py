@@ -17,9 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.schema import at_least, one_of, positive, text
 from decent.tasks.base import ClientData, Task
-from decent.tasks.partition import partition
+from decent.tasks.partition import PARTITIONS, partition
 
 HUB_NAME = "uoft-cs/cifar10"
 # Per-channel statistics of the CIFAR-10 training set, the usual normalisation.
@@ -29,15 +30,15 @@ STD = (0.2470, 0.2435, 0.2616)
 
 @dataclass
 class Cifar10Config:
-    name: str = "cifar10"
-    source: str = "auto"  # auto | hub | local
-    data_dir: str | None = None
-    partition: str = "iid"
-    alpha: float = 0.5
-    shards_per_client: int = 2
-    num_train: int | None = None  # None: all 50 000
-    num_test: int | None = None  # None: all 10 000
-    eval_batch_size: int = 500
+    name: str = text("cifar10", nullable=False)
+    source: str = one_of(("auto", "hub", "local"), "auto")
+    data_dir: str | None = text()
+    partition: str = one_of(PARTITIONS, "iid")
+    alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
+    shards_per_client: int = at_least(1, 2)
+    num_train: int | None = at_least(1, None, nullable=True)  # None: all 50 000
+    num_test: int | None = at_least(1, None, nullable=True)  # None: all 10 000
+    eval_batch_size: int = at_least(1, 500)
 
 
 def load_splits(cfg: Cifar10Config) -> Any:

@@ -10,24 +10,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.platform.errors import ConfigError
+from decent.core.schema import at_least, in_range, one_of, positive, text
 from decent.tasks.base import ClientData, Task
-from decent.tasks.partition import partition
+from decent.tasks.partition import PARTITIONS, partition
 
 
 @dataclass
 class DigitsConfig:
-    name: str = "digits"
-    partition: str = "iid"
-    alpha: float = 0.5
-    shards_per_client: int = 2
-    test_fraction: float = 0.2
-
-    def validate(self, prefix: str = "task") -> None:
-        if not 0 < self.test_fraction < 1:
-            raise ConfigError(
-                f"{prefix}.test_fraction", f"must be in (0, 1) (got {self.test_fraction})"
-            )
+    name: str = text("digits", nullable=False)
+    partition: str = one_of(PARTITIONS, "iid")
+    alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
+    shards_per_client: int = at_least(1, 2)
+    test_fraction: float = in_range(0.2, 0, 1, lo_open=True, hi_open=True)
 
 
 class DigitsTask(Task):

@@ -11,42 +11,38 @@ non-IID split).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.schema import at_least, in_range, one_of, text
 from decent.tasks.base import ClientData, Task
-from decent.tasks.sources import load_corpus
+from decent.tasks.corpora import load_corpus
+from decent.tasks.raw_data import SOURCES
 
 LM_PARTITIONS = ("iid", "contiguous")
 
 
 @dataclass
 class LanguageModelingConfig:
-    name: str = "lm"
-    corpus: str = "shakespeare"  # shakespeare | bbc_news | text_files | hub:<dataset>[:<config>]
-    source: str = "auto"
-    data_dir: str | None = None
-    paths: list[str] = field(default_factory=list)  # for corpus=text_files
-    seq_len: int = 128
-    val_fraction: float = 0.05
-    max_tokens: int | None = None  # keep only the corpus's first tokens (quick runs)
-    partition: str = "iid"
-    eval_batch_size: int = 16
-    max_eval_sequences: int | None = 256  # validation sequences per evaluation
-
-    def validate(self, prefix: str = "task") -> None:
-        if self.seq_len < 2:
-            raise ConfigError(f"{prefix}.seq_len", f"must be ≥ 2 (got {self.seq_len})")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"{prefix}.val_fraction",
-                              f"must be in (0, 1) (got {self.val_fraction})")
-        if self.partition not in LM_PARTITIONS:
-            raise ConfigError(f"{prefix}.partition", f"choose one of: {', '.join(LM_PARTITIONS)}")
+    name: str = text("lm", nullable=False)
+    # shakespeare | bbc_news | text_files | hub:<dataset>[:<config>]
+    corpus: str = text("shakespeare", nullable=False)
+    source: str = one_of(SOURCES, "auto")
+    data_dir: str | None = text()
+    paths: list[str] = text([], nullable=False)  # for corpus=text_files
+    seq_len: int = at_least(2, 128)
+    val_fraction: float = in_range(0.05, 0, 1, lo_open=True, hi_open=True)
+    # keep only the corpus's first tokens (quick runs)
+    max_tokens: int | None = at_least(2, None, nullable=True)
+    partition: str = one_of(LM_PARTITIONS, "iid")
+    eval_batch_size: int = at_least(1, 16)
+    # validation sequences per evaluation (None: all)
+    max_eval_sequences: int | None = at_least(1, 256, nullable=True)
 
 
 @dataclass

@@ -17,26 +17,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.platform.errors import ConfigError
+from decent.core.schema import at_least, text
 from decent.tasks.base import ClientData, Task
 
 
 @dataclass
 class LinearRegressionConfig:
-    name: str = "linear_regression"
-    dim: int = 20
-    samples_per_client: int = 32
-    heterogeneity: float = 0.5
-    noise: float = 0.0
-    num_test: int = 512
-
-    def validate(self, prefix: str = "task") -> None:
-        for key in ("dim", "samples_per_client", "num_test"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 1 (got {getattr(self, key)})")
-        for key in ("heterogeneity", "noise"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 0 (got {getattr(self, key)})")
+    name: str = text("linear_regression", nullable=False)
+    dim: int = at_least(1, 20)
+    samples_per_client: int = at_least(1, 32)
+    heterogeneity: float = at_least(0, 0.5)
+    noise: float = at_least(0, 0.0)
+    num_test: int = at_least(1, 512)
 
 
 class LinearRegressionTask(Task):

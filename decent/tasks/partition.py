@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
 
 PARTITIONS = ("iid", "dirichlet", "shards")
 

@@ -22,36 +22,29 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.schema import at_least, one_of, positive, text
 from decent.tasks.base import ClientData, Task
-from decent.tasks.partition import partition
-from decent.tasks.sources import load_classification
-from decent.tasks.templates import TEMPLATES
+from decent.tasks.catalog import CATALOG
+from decent.tasks.classification import load_classification
+from decent.tasks.partition import PARTITIONS, partition
+from decent.tasks.raw_data import SOURCES
 
 
 @dataclass
 class PromptedConfig:
-    name: str = "sst2"
-    source: str = "auto"  # auto | hub | local | package
-    data_dir: str | None = None
-    num_train: int = 1024
-    num_val: int = 500
-    num_test: int = 1000
-    max_length: int = 256  # prompt tokens; longer prompts keep their end (the question)
-    partition: str = "iid"
-    alpha: float = 0.5
-    eval_split: str = "test"  # test | val
-    eval_batch_size: int = 16
-
-    def validate(self, prefix: str = "task") -> None:
-        for key in ("num_train", "max_length", "eval_batch_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 1 (got {getattr(self, key)})")
-        for key in ("num_val", "num_test"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{prefix}.{key}", f"must be ≥ 0 (got {getattr(self, key)})")
-        if self.eval_split not in ("test", "val"):
-            raise ConfigError(f"{prefix}.eval_split", "choose one of: test, val")
+    name: str = text("sst2", nullable=False)
+    source: str = one_of(SOURCES, "auto")
+    data_dir: str | None = text()
+    num_train: int = at_least(1, 1024)
+    num_val: int = at_least(0, 500)
+    num_test: int = at_least(0, 1000)
+    # prompt tokens; longer prompts keep their end (the question)
+    max_length: int = at_least(1, 256)
+    partition: str = one_of(PARTITIONS, "iid")
+    alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
+    eval_split: str = one_of(("test", "val"), "test")
+    eval_batch_size: int = at_least(1, 16)
 
 
 @dataclass
@@ -112,13 +105,13 @@ class PromptedTask(Task):
         self.name = cfg.name
         self.cfg = cfg
         self.seed = seed
-        self.template = TEMPLATES[cfg.name]
+        self.spec = CATALOG[cfg.name]
         self.tokenizer = load_tokenizer(model_cfg)
         data = load_classification(cfg.name, cfg.source, cfg.data_dir)
         self.label_names = data.label_names
         self.data_source = data.source
         train, val, test = split(data.train, data.eval, cfg, seed)
-        self.suffix, label_ids = verbalizer(self.tokenizer, self.template.label_words)
+        self.suffix, label_ids = verbalizer(self.tokenizer, self.spec.label_words)
         self.label_ids = torch.tensor(label_ids)
         self.train = self.encode(train)
         self.held_out = self.encode(test if cfg.eval_split == "test" else val)
@@ -130,7 +123,7 @@ class PromptedTask(Task):
         keep = self.cfg.max_length - len(head)
         ids = []
         for row in rows:
-            body = tok(self.template.prompt(row), add_special_tokens=False)["input_ids"]
+            body = tok(self.spec.prompt(row), add_special_tokens=False)["input_ids"]
             ids.append(head + (body + self.suffix)[-keep:])
         width = max((len(s) for s in ids), default=1)
         x = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)
@@ -156,7 +149,7 @@ class PromptedTask(Task):
 
     def class_logits(self, model: torch.nn.Module, ids: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
-        from decent.models.causal_lm import label_word_logits
+        from decent.models.label_logits import label_word_logits
 
         return label_word_logits(model, ids, mask, self.label_ids.to(ids.device)).float()
 

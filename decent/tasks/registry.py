@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from decent.platform.registry import Registry
+from decent.core.registry import Registry
+from decent.tasks.catalog import CLASSIFICATION_TASKS
 from decent.tasks.cifar10 import Cifar10Config, Cifar10Task
 from decent.tasks.digits import DigitsConfig, DigitsTask
 from decent.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 from decent.tasks.linear_regression import LinearRegressionConfig, LinearRegressionTask
 from decent.tasks.prompted import PromptedConfig, PromptedTask
-from decent.tasks.templates import TEMPLATES
 
 TASKS = Registry("task")
 TASKS.register("digits", DigitsConfig, DigitsTask)
 TASKS.register("cifar10", Cifar10Config, Cifar10Task)
 TASKS.register("lm", LanguageModelingConfig, LanguageModelingTask)
 TASKS.register("linear_regression", LinearRegressionConfig, LinearRegressionTask)
-for _name in TEMPLATES:  # sst2, rte, boolq, rotten_tomatoes, bbc_news
+for _name in CLASSIFICATION_TASKS:  # sst2, rte, boolq, rotten_tomatoes, bbc_news
     TASKS.register(_name, PromptedConfig, PromptedTask)

@@ -11,13 +11,21 @@ literature states its convergence rates in.
 
 from __future__ import annotations
 
+from decent.core.graph import GraphFacts, RoundGraph
 from decent.topologies.analysis import diameter, format_summary, spectral_gap, summarize
-from decent.topologies.builders import TOPOLOGIES, Topology, TopologyConfig, build_topology
+from decent.topologies.builders import (
+    TOPOLOGIES,
+    Topology,
+    TopologyConfig,
+    build_topology,
+    snapshot,
+    validate,
+)
 from decent.topologies.mixing import laplacian, metropolis_weights, mixing_matrix, uniform_weights
-from decent.topologies.round_graph import RoundGraph
 
 __all__ = [
     "TOPOLOGIES",
+    "GraphFacts",
     "RoundGraph",
     "Topology",
     "TopologyConfig",
@@ -27,7 +35,9 @@ __all__ = [
     "laplacian",
     "metropolis_weights",
     "mixing_matrix",
+    "snapshot",
     "spectral_gap",
     "summarize",
     "uniform_weights",
+    "validate",
 ]

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts, RoundGraph
+from decent.core.schema import at_least, in_range, one_of, seed_field, validate_fields
 from decent.topologies.mixing import MIXING_KINDS, mixing_matrix
-from decent.topologies.round_graph import RoundGraph
 
 STATIC_TOPOLOGIES = (
     "ring",
+    "path",
     "meshgrid",
     "torus",
     "complete",
@@ -45,14 +47,21 @@ class TopologyConfig:
     ``edge_list``; ``seed`` for every random graph.
     """
 
-    name: str = "ring"
-    n: int = 16
-    seed: int = 0
-    p: float = 0.3
-    degree: int = 3
-    rows: int | None = None
-    edges: list | None = None
-    weights: str = "metropolis"
+    name: str = one_of(TOPOLOGIES, "ring")
+    n: int = at_least(1, 16)  # ≥ 2 except for `complete` (n = 1: a single client)
+    seed: int = seed_field(0)
+    p: float = in_range(0.3, 0, 1, lo_open=True)
+    degree: int = at_least(1, 3)
+    rows: int | None = at_least(2, None, nullable=True)
+    edges: list | None = None  # checked pair by pair when the graph is built
+    weights: str = one_of(MIXING_KINDS, "metropolis")
+
+    def validate(self, prefix: str = "topology") -> None:
+        # A single client (centralised baselines such as plain MeZO) is a complete graph.
+        least = 1 if self.name == "complete" else 2
+        if not _is_int(self.n) or self.n < least:
+            raise ConfigError(f"{prefix}.n", f"{self.name} needs an integer number of "
+                              f"clients n ≥ {least} (got {self.n!r})")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -158,6 +167,11 @@ def _connected_draw(
 def ring(cfg: TopologyConfig) -> nx.Graph:
     """Cycle ``0 - 1 - ... - (n-1) - 0``."""
     return nx.cycle_graph(cfg.n)
+
+
+def path(cfg: TopologyConfig) -> nx.Graph:
+    """Line ``0 - 1 - ... - (n-1)``: the sparsest connected graph, diameter n − 1."""
+    return nx.path_graph(cfg.n)
 
 
 def meshgrid(cfg: TopologyConfig) -> nx.Graph:
@@ -290,6 +304,7 @@ def two_peer(cfg: TopologyConfig, round: int) -> nx.Graph:
 
 STATIC_BUILDERS: dict[str, Callable[[TopologyConfig], nx.Graph]] = {
     "ring": ring,
+    "path": path,
     "meshgrid": meshgrid,
     "torus": torus,
     "complete": complete,
@@ -306,6 +321,16 @@ TIME_VARYING_BUILDERS: dict[str, Callable[[TopologyConfig, int], nx.Graph]] = {
 
 
 # ---------------------------------------------------------------------------- Topology
+
+
+def snapshot(G: nx.Graph, W: np.ndarray) -> RoundGraph:
+    """The plain-Python view of ``G`` (nodes ``0..n-1``) with mixing matrix ``W`` (n×n)."""
+    n = G.number_of_nodes()
+    if W.shape != (n, n):
+        raise ValueError(f"mixing matrix has shape {W.shape}, expected ({n}, {n})")
+    neighbors = tuple(tuple(sorted(int(j) for j in G.adj[i] if j != i)) for i in range(n))
+    weights = tuple({j: float(W[i, j]) for j in (*neighbors[i], i)} for i in range(n))
+    return RoundGraph(n=n, neighbors=neighbors, weights=weights)
 
 
 class Topology:
@@ -335,7 +360,7 @@ class Topology:
                     "different components can never agree — add edges joining them",
                 )
             W = mixing_matrix(G, cfg.weights)
-            self._static = (G, W, RoundGraph.from_graph(G, W))
+            self._static = (G, W, snapshot(G, W))
 
     def _at(self, round: int) -> tuple[nx.Graph, np.ndarray, RoundGraph]:
         if not self.time_varying:
@@ -343,7 +368,7 @@ class Topology:
         if self._round != round or self._cached is None:
             G = TIME_VARYING_BUILDERS[self.name](self.cfg, round)
             W = mixing_matrix(G, self.weights)
-            self._cached = (G, W, RoundGraph.from_graph(G, W))
+            self._cached = (G, W, snapshot(G, W))
             self._round = round
         return self._cached
 
@@ -366,29 +391,21 @@ class Topology:
         """The plain-Python view of ``round`` handed to strategies and the router."""
         return self._at(round)[2]
 
+    def facts(self) -> GraphFacts:
+        """What a strategy is built from: n, time-varying or not, diameter and degrees."""
+        if self.time_varying:
+            return GraphFacts(self.name, self.n, True, None, None)
+        G = self.graph(0)
+        return GraphFacts(self.name, self.n, False, self.diameter(),
+                          tuple(int(G.degree(i)) for i in range(self.n)))
+
     def __repr__(self) -> str:
         return f"Topology(name={self.name!r}, n={self.n}, time_varying={self.time_varying})"
 
 
 def validate(cfg: TopologyConfig) -> None:
-    """Check the fields every topology reads; the builders check their own fields."""
-    if cfg.name not in TOPOLOGIES:
-        raise ConfigError(
-            "topology.name",
-            f"unknown topology '{cfg.name}'; choose one of: {', '.join(TOPOLOGIES)}",
-        )
-    # A single client (centralised baselines such as plain MeZO) is a complete graph on 1.
-    least = 1 if cfg.name == "complete" else 2
-    if not _is_int(cfg.n) or cfg.n < least:
-        raise ConfigError("topology.n",
-                          f"needs an integer number of clients n ≥ {least} (got {cfg.n!r})")
-    if not _is_int(cfg.seed) or cfg.seed < 0:
-        raise ConfigError("topology.seed", f"must be an integer ≥ 0 (got {cfg.seed!r})")
-    if cfg.weights not in MIXING_KINDS:
-        raise ConfigError(
-            "topology.weights",
-            f"unknown mixing weights '{cfg.weights}'; choose one of: {', '.join(MIXING_KINDS)}",
-        )
+    """Check every field against its declared range (builders check their own fields)."""
+    validate_fields(cfg, "topology")
 
 
 def build_topology(cfg: TopologyConfig) -> Topology:

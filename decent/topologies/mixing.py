@@ -9,7 +9,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
 
 MIXING_KINDS = ("metropolis", "uniform")
 

@@ -17,8 +17,9 @@ the 1-D tensors' z from :func:`decent.zo.mezo.add_gaussian` with seed s on their
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
@@ -68,11 +69,26 @@ class SubspaceBasis:
 
 @dataclass
 class SubCGEState:
-    """A client's private buffers: ``A`` (L×r×r) and, during a ZO evaluation only, the
-    perturbation ``delta`` added to it (A itself is never modified to perturb)."""
+    """What a replica holds privately: ``A`` (L×r×r), its 1-D tensors (biases, norms;
+    the live parameters of its model) and, during a ZO evaluation only, the perturbation
+    ``delta`` added to A (A itself is never modified to perturb)."""
 
     A: torch.Tensor
+    one_d: list[torch.Tensor] = field(default_factory=list)
     delta: torch.Tensor | None = None
+
+    def vector(self) -> np.ndarray:
+        """A then the 1-D tensors, as one float64 vector."""
+        parts = [self.A.reshape(-1), *(t.reshape(-1) for t in self.one_d)]
+        return torch.cat([p.detach().to("cpu", torch.float64) for p in parts]).numpy()
+
+    @torch.no_grad()
+    def load_vector(self, vector: np.ndarray) -> None:
+        offset = 0
+        for t in (self.A, *self.one_d):
+            chunk = torch.tensor(vector[offset: offset + t.numel()])
+            t.copy_(chunk.reshape(t.shape).to(t.dtype))
+            offset += t.numel()
 
 
 def attach(model: nn.Module, basis: SubspaceBasis, state: SubCGEState) -> list[RemovableHandle]:
@@ -105,9 +121,8 @@ def one_d_tensors(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 
 @torch.no_grad()
-def two_point(model: nn.Module, basis: SubspaceBasis, state: SubCGEState,
-              one_d: Sequence[torch.Tensor], loss_fn: Callable[[], float], seed: int,
-              eps: float) -> float:
+def two_point(basis: SubspaceBasis, state: SubCGEState, loss_fn: Callable[[], float],
+              seed: int, eps: float) -> float:
     """α = (ℓ(θ+εz) − ℓ(θ−εz)) / 2ε for the perturbation of ``seed``.
 
     The A-part goes through ``state.delta`` and the 1-D tensors are restored from saved
@@ -115,6 +130,7 @@ def two_point(model: nn.Module, basis: SubspaceBasis, state: SubCGEState,
     identical under flooding)."""
     i, j = pairs(seed, basis.num_layers, basis.rank)
     layers = torch.arange(basis.num_layers)
+    one_d = state.one_d
     saved = [t.detach().clone() for t in one_d]
     losses = []
     for sign in (1.0, -1.0):
@@ -131,22 +147,40 @@ def two_point(model: nn.Module, basis: SubspaceBasis, state: SubCGEState,
     return (losses[0] - losses[1]) / (2 * eps)
 
 
-@torch.no_grad()
-def apply_messages(state: SubCGEState, one_d: Sequence[torch.Tensor],
-                   messages: Sequence[tuple[int, float]]) -> None:
-    """θ ← θ − c·z(s) for every message (s, c), in the given order.
+def batch_update(num_layers: int, rank: int,
+                 messages: Sequence[tuple[int, float]]) -> tuple[torch.Tensor, np.ndarray]:
+    """The A-part of a batch of messages as (distinct flat indices into A, summed values).
 
-    A-part: one ``index_put_`` with ``accumulate=True`` over all (message, layer) pairs;
-    on CPU it adds the values sequentially in index order, so the result is the same as
-    applying the messages one by one. 1-D part: regenerated per message, O(d_1D)."""
+    Every message (s, c) subtracts c at one (i_ℓ, j_ℓ) per layer; two messages may hit
+    the same entry. The values of each entry are summed here on the CPU in message order
+    (``np.add.at`` is unbuffered and sequential), so the sum is a fixed function of the
+    message list; the device then receives each entry once. Accumulating repeated indices
+    on the device instead (``index_put_(accumulate=True)``) uses atomic adds on CUDA,
+    whose order — and so the float rounding — changes from run to run."""
+    L, r = num_layers, rank
+    layer = np.tile(np.arange(L), len(messages))
+    ii, jj = zip(*(pairs(seed, L, r) for seed, _ in messages), strict=True)
+    flat = layer * r * r + torch.cat(ii).numpy() * r + torch.cat(jj).numpy()
+    values = np.repeat(np.array([-c for _, c in messages], dtype=np.float32), L)
+    entries, slot = np.unique(flat, return_inverse=True)
+    sums = np.zeros(len(entries), dtype=np.float32)
+    np.add.at(sums, slot, values)
+    return torch.from_numpy(entries), sums
+
+
+@torch.no_grad()
+def apply_messages(state: SubCGEState, messages: Sequence[tuple[int, float]]) -> None:
+    """θ ← θ − Σ c·z(s) over the messages (s, c), order-deterministic on any device.
+
+    A-part: :func:`batch_update`'s per-entry sums added once per entry (distinct indices:
+    no atomics). 1-D part: each message's z regenerated and applied in the given order,
+    O(d_1D) per message (elementwise, hence deterministic too)."""
     if not messages:
         return
     L, r = state.A.shape[0], state.A.shape[1]
-    ii, jj = zip(*(pairs(seed, L, r) for seed, _ in messages), strict=True)
-    layer = torch.arange(L).repeat(len(messages))
-    values = torch.tensor([-c for _, c in messages], dtype=state.A.dtype).repeat_interleave(L)
-    device = state.A.device
-    state.A.index_put_((layer.to(device), torch.cat(ii).to(device), torch.cat(jj).to(device)),
-                       values.to(device), accumulate=True)
+    entries, sums = batch_update(L, r, messages)
+    flat = state.A.view(-1)
+    idx = entries.to(state.A.device)
+    flat[idx] = flat[idx] + torch.from_numpy(sums).to(state.A.device, state.A.dtype)
     for seed, coef in messages:
-        mezo.add_gaussian(one_d, seed, -coef)
+        mezo.add_gaussian(state.one_d, seed, -coef)

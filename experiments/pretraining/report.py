@@ -24,8 +24,8 @@ def load(run: Path) -> dict:
     # Peers a worker sends to per round: the server for a star, else messages / workers.
     peers = 1.0 if topology["name"] == "star" else mean(r["messages"] for r in rows) / workers
     label = cfg["name"].removeprefix("pretrain-")
-    if strategy["name"] == "gasloc" and strategy.get("momentum", 0) > 0:
-        label += f" (γ={strategy['momentum']})"
+    if strategy["name"] == "gasloc" and strategy.get("outer_momentum", 0) > 0:
+        label += f" (γ={strategy['outer_momentum']})"
     return {
         "label": label,
         "method": strategy["name"],

@@ -16,7 +16,7 @@ import numpy as np
 import ray
 import torch
 
-from decent.platform.messages import Declared, Message
+from decent.core.messages import Declared, Message
 
 INLINE_BYTES = 64 * 1024
 

@@ -1,19 +1,40 @@
-"""The plain-Python view of one round's communication graph.
+"""Plain-Python views of the communication graph: what a strategy may know of it.
 
 Strategies run unchanged on the local backend and inside Ray actors, so they must not
-depend on networkx objects (heavy to pickle, easy to mutate by accident). A
-:class:`RoundGraph` is an immutable snapshot of everything a strategy may ask about a
-round: who its neighbours are, which mixing weights to use, and whether a send is legal.
+depend on networkx objects (heavy to pickle, easy to mutate by accident).
+
+* :class:`GraphFacts` — what a strategy is built from, once per process: n, whether the
+  graph changes every round, its diameter and degrees (static graphs).
+* :class:`RoundGraph` — an immutable snapshot of one round: who each client's neighbours
+  are, which mixing weights to use, and whether a send is legal.
+
+Both are made by :mod:`decent.topologies` (which uses networkx); nothing here imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import networkx as nx
-    import numpy as np
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """The facts of a run's graph that a strategy may need at construction.
+
+    ``diameter`` and ``degrees`` describe the static graph; for a graph redrawn every
+    round (``time_varying``) they are None, since no single graph describes the run."""
+
+    name: str
+    n: int
+    time_varying: bool
+    diameter: int | None
+    degrees: tuple[int, ...] | None
+
+    def is_star(self, center: int = 0) -> bool:
+        """Whether the static graph is a star with its hub at ``center``."""
+        if self.degrees is None or self.n < 2:
+            return False
+        return self.degrees[center] == self.n - 1 and all(
+            d == 1 for i, d in enumerate(self.degrees) if i != center)
 
 
 @dataclass(frozen=True)
@@ -45,16 +66,6 @@ class RoundGraph:
         if any((j, i) not in edges for i, j in edges):
             raise ValueError("RoundGraph neighbour lists must describe an undirected graph")
         object.__setattr__(self, "_edges", edges)
-
-    @classmethod
-    def from_graph(cls, G: nx.Graph, W: np.ndarray) -> RoundGraph:
-        """Snapshot ``G`` (nodes ``0..n-1``) with mixing matrix ``W`` (``n×n``)."""
-        n = G.number_of_nodes()
-        if W.shape != (n, n):
-            raise ValueError(f"mixing matrix has shape {W.shape}, expected ({n}, {n})")
-        neighbors = tuple(tuple(sorted(int(j) for j in G.adj[i] if j != i)) for i in range(n))
-        weights = tuple({j: float(W[i, j]) for j in (*neighbors[i], i)} for i in range(n))
-        return cls(n=n, neighbors=neighbors, weights=weights)
 
     def has_edge(self, src: int, dst: int) -> bool:
         """Whether ``src`` may send to ``dst`` this round (O(1))."""

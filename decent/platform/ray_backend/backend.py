@@ -9,10 +9,11 @@ import os
 import numpy as np
 import ray
 
+from decent.core.stats import Stat
+from decent.network.router import RoundTraffic
 from decent.platform.config import RayConfig, RunConfig
 from decent.platform.evaluation import combine, mean_model
-from decent.platform.group import build_strategy
-from decent.platform.router import RoundTraffic
+from decent.platform.plan import RunPlan, build_plan
 
 # Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
 # not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
@@ -53,12 +54,12 @@ def placement(n: int, clients_per_actor: int) -> list[list[int]]:
 
 
 class RayBackend:
-    def __init__(self, cfg: RunConfig) -> None:
-        from decent.actors.client_actor import ClientActor
-        from decent.actors.coordinator import Coordinator
+    def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
+        from decent.platform.ray_backend.client_actor import ClientActor
+        from decent.platform.ray_backend.coordinator import Coordinator
 
         self.cfg = cfg
-        self.strategy = build_strategy(cfg)
+        self.strategy = (plan or build_plan(cfg)).strategy  # the driver needs its phases
         self.started_ray = connect(cfg.ray)
         self.groups = placement(cfg.n, cfg.ray.clients_per_actor)
         self.coordinator = Coordinator.remote(cfg, self.groups)
@@ -76,10 +77,10 @@ class RayBackend:
         self._inboxes: list[ray.ObjectRef | None] = [None] * len(self.actors)
         self.max_edge_bytes_total = 0
 
-    def run_round(self, round_: int) -> tuple[dict[int, dict[str, float]], RoundTraffic]:
-        stats: dict[int, dict[str, float]] = {}
-        for phase in self.strategy.phases(round_):
-            calls = [a.run_phase.remote(round_, phase, inbox)
+    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
+        stats: dict[int, dict[str, Stat]] = {}
+        for step, phase in enumerate(self.strategy.phases(round_)):
+            calls = [a.run_phase.remote(round_, step, phase, inbox)
                      for a, inbox in zip(self.actors, self._inboxes, strict=True)]
             for group_stats in ray.get(calls):
                 for cid, s in group_stats.items():

@@ -2,8 +2,10 @@
 
 Each entry pairs a config dataclass with a builder. A config section like
 ``strategy: {name: dsgd, lr: 0.1}`` is validated against the entry's dataclass through
-OmegaConf, so a typo or a wrong type is refused with the field's full name before
-anything runs.
+OmegaConf, so a typo or a wrong type is refused with the field's full name, and then
+every field against its declared range (:mod:`decent.core.schema`), before anything runs.
+A config class may list keys it no longer has in ``RENAMED`` (old → new): a config that
+still uses one is told the new name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from decent.platform.errors import ConfigError
+from decent.core.errors import ConfigError
+from decent.core.schema import validate_fields
 
 
 @dataclass(frozen=True)
@@ -53,15 +56,17 @@ class Registry:
                 f"{self.kind}.name", f"missing; choose one of: {', '.join(self.names)}"
             )
         cls = self.entry(str(name)).config
+        for old, new in getattr(cls, "RENAMED", {}).items():
+            if old in raw:
+                raise ConfigError(f"{self.kind}.{old}", f"renamed: write {self.kind}.{new} "
+                                  f"(same meaning) for {self.kind} {name}")
         schema = OmegaConf.structured(cls)
         try:
             merged = OmegaConf.merge(schema, raw)
             obj = OmegaConf.to_object(merged)
         except OmegaConfBaseException as exc:
             raise config_error(exc, self.kind, schema) from None
-        validate = getattr(obj, "validate", None)
-        if validate is not None:
-            validate(self.kind)
+        validate_fields(obj, self.kind)
         return obj
 
 

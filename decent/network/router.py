@@ -1,7 +1,8 @@
 """Edge enforcement, byte accounting and deterministic inboxes.
 
 The router is the one place messages pass between clients. The local backend owns one
-in-process; on Ray the :class:`~decent.actors.coordinator.Coordinator` actor wraps one.
+in-process; on Ray the Coordinator actor (:mod:`decent.platform.ray_backend.coordinator`)
+wraps one.
 Messages posted during a phase are held back until every client has finished that
 phase (:meth:`Router.advance`), then become the inboxes of the next phase.
 """
@@ -12,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from decent.platform.errors import StrategyError
-from decent.platform.messages import Message
-from decent.platform.network import NetworkConfig, phase_time
+from decent.core.errors import StrategyError
+from decent.core.messages import Message
+from decent.network.timing import NetworkConfig, phase_time
 from decent.topologies import Topology
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from decent.core.schema import at_least, positive
+
 
 @dataclass
 class NetworkConfig:
     """Bandwidths in megabits per second; ``node_mbps`` of ``None`` means uncapped."""
 
-    link_mbps: float = 100.0
-    node_mbps: float | None = None
-    latency_ms: float = 0.0
+    link_mbps: float = positive(100.0)
+    node_mbps: float | None = positive(None, nullable=True)
+    latency_ms: float = at_least(0, 0.0)
 
 
 def phase_time(edge_bytes: dict[tuple[int, int], int], net: NetworkConfig) -> float:

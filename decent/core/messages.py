@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from decent.platform.errors import StrategyError
+from decent.core.errors import StrategyError
 
 SEED_BYTES = 8
 SCALAR_BYTES = 4

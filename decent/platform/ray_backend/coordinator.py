@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import ray
 
+from decent.core.messages import Message
+from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
-from decent.platform.messages import Message
-from decent.platform.router import RoundTraffic, Router
-from decent.strategies.registry import STRATEGIES
 from decent.topologies import build_topology
 
 
@@ -23,7 +22,6 @@ class Coordinator:
     def __init__(self, cfg: RunConfig, groups: list[list[int]]) -> None:
         self.groups = groups
         self.router = Router(build_topology(cfg.topology), cfg.strategy.name, cfg.network)
-        STRATEGIES.entry(cfg.strategy.name)  # fail early on a bad name
 
     def post(self, round_: int, phase: str, messages: list[Message]) -> None:
         self.router.post(round_, phase, messages)

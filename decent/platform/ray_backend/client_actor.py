@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import ray
 
-from decent.actors import transport
+from decent.core.messages import Message
+from decent.core.stats import Stat
 from decent.platform.config import RunConfig
 from decent.platform.group import ClientGroup, resolve_device
-from decent.platform.messages import Message
+from decent.platform.ray_backend import transport
 
 
 @ray.remote
@@ -30,10 +31,10 @@ class ClientActor:
         return True
 
     def run_phase(
-        self, round_: int, phase: str, inboxes: dict[int, list[Message]] | None
-    ) -> dict[int, dict[str, float]]:
+        self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]] | None
+    ) -> dict[int, dict[str, Stat]]:
         inboxes = transport.receive(inboxes or {}, self.device)
-        outgoing = self.group.run_phase(round_, phase, inboxes)
+        outgoing = self.group.run_phase(round_, step, phase, inboxes)
         ray.get(self.coordinator.post.remote(round_, phase, transport.send(outgoing)))
         return self.group.pop_stats()
 

@@ -1,2 +1,0 @@
-"""The Ray actors: ClientActor (hosts a group of clients) and Coordinator (routes
-messages along edges and counts their bytes)."""

@@ -1,0 +1,55 @@
+"""Zeroth-order local steps (MeZO, Malladi et al., 2023), shared by MeZO, DZSGD and the
+shared-randomness gossip strawman.
+
+A ZO step draws a fresh seed s from the client's generator, estimates the projected
+gradient α = (ℓ(θ+εz) − ℓ(θ−εz)) / 2ε on one batch with z regenerated from s (never
+stored), and updates θ ← θ − η α z. Memory is that of inference: no activations kept for a
+backward pass, no optimizer state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from decent.core.schema import at_least, positive
+from decent.models import params
+from decent.strategies.base import Client, PhaseContext
+from decent.zo import mezo
+from decent.zo.seeds import draw_seed
+
+
+@dataclass
+class ZOStepConfig:
+    local_steps: int = at_least(1, 1)
+    batch_size: int = at_least(1, 16)  # MeZO's batch
+    lr: float = positive(1e-6)  # MeZO's grid: {1e-5, 1e-6}, constant
+    eps: float = positive(1e-3)  # MeZO's ε
+
+
+@torch.no_grad()
+def zo_steps(client: Client[Any], ctx: PhaseContext,
+             cfg: ZOStepConfig) -> tuple[float, list[tuple[int, float]]]:
+    """``cfg.local_steps`` MeZO steps on the client's trainable tensors: the mean loss and
+    the updates applied, as (seed, coefficient) pairs."""
+    model = client.model
+    model.eval()  # the two evaluations of one estimate must see the same network
+    tensors = list(params.trainable_params(model).values())
+    total = 0.0
+    updates: list[tuple[int, float]] = []
+    for _ in range(cfg.local_steps):
+        batch = client.data.sample(cfg.batch_size, client.generator)
+        seed = draw_seed(client.generator)
+        losses: list[float] = []
+
+        def loss_fn(batch=batch, losses=losses) -> float:
+            losses.append(float(ctx.task.loss(model, batch)))
+            return losses[-1]
+
+        alpha = mezo.two_point(tensors, loss_fn, seed, cfg.eps)
+        updates.append((seed, cfg.lr * alpha))
+        mezo.apply_updates(tensors, updates[-1:])
+        total += sum(losses) / len(losses)
+    return total / cfg.local_steps, updates

@@ -1,0 +1,128 @@
+"""The package layering the folder tree shows, checked on every import statement; and the
+strategy contract's promises (built once from config + graph facts, immutable)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.platform.config import from_dict
+from decent.platform.plan import build_plan
+from decent.strategies.registry import STRATEGIES
+from tests.helpers import tiny
+
+ROOT = Path(__file__).resolve().parents[1] / "decent"
+
+# What each package may import from decent (besides itself). Lower layers first: the
+# vocabulary (core), then the building blocks, then the strategies, then orchestration.
+ALLOWED = {
+    "core": set(),
+    "topologies": {"core"},
+    "models": {"core"},
+    "compression": {"core"},
+    "network": {"core", "topologies"},
+    "tasks": {"core", "models"},
+    "zo": {"core", "models"},
+    "strategies": {"core", "models", "tasks", "zo", "compression"},
+    "platform": {"core", "models", "tasks", "zo", "compression", "strategies", "topologies",
+                 "network"},
+}
+# Strategies read like the paper's algorithm box: no distribution, no graph library; and
+# Ray is the platform's business alone (everything below it runs without a cluster).
+FORBIDDEN_THIRD_PARTY = {package: {"ray"} for package in ALLOWED if package != "platform"}
+FORBIDDEN_THIRD_PARTY["strategies"] = {"ray", "networkx"}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def package_files():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) > 1:
+            yield rel.parts[0], path
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(ALLOWED)
+
+
+@pytest.mark.parametrize(("package", "path"), list(package_files()),
+                         ids=lambda x: x if isinstance(x, str) else x.name)
+def test_no_package_imports_one_above_it(package, path):
+    for name in imports_of(path):
+        top, _, rest = name.partition(".")
+        if top == "decent":
+            target = rest.partition(".")[0]
+            assert target == package or target in ALLOWED[package], \
+                f"{path.relative_to(ROOT.parent)} imports {name}"
+        assert top not in FORBIDDEN_THIRD_PARTY.get(package, set()), \
+            f"{path.relative_to(ROOT.parent)} imports {name}"
+
+
+def test_the_ray_actors_live_beside_the_ray_backend():
+    folder = ROOT / "platform" / "ray_backend"
+    assert {p.stem for p in folder.glob("*.py")} >= {"backend", "client_actor", "coordinator"}
+    assert not (ROOT / "actors").exists()
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names)
+def test_a_strategy_is_immutable_once_built(tmp_path, name):
+    topology = {"name": "star", "n": 5} if name in ("fedavg", "diloco") else \
+        {"name": "ring", "n": 5}
+    plan = build_plan(from_dict(tiny(tmp_path, topology=topology, strategy={"name": name})))
+    strategy = plan.strategy
+    with pytest.raises(AttributeError):
+        strategy.cfg = None
+    with pytest.raises(AttributeError):
+        strategy.something_new = 1
+    assert plan.topology.facts().n == 5
+
+
+def ring_facts(n: int) -> GraphFacts:
+    return GraphFacts(name="ring", n=n, time_varying=False, diameter=n // 2,
+                      degrees=(2,) * n)
+
+
+def test_seedflood_takes_its_schedule_from_the_graph_facts_it_is_built_with():
+    """The diameter comes in at construction: no later step can leave it unset."""
+    cfg = STRATEGIES.config({"name": "seedflood"})
+    full = STRATEGIES.entry("seedflood").build(cfg, ring_facts(10))
+    assert full.phases(0) == ("compute", *["forward"] * 4, "apply")  # k = D = 5 sends
+    delayed = STRATEGIES.entry("seedflood").build(
+        STRATEGIES.config({"name": "seedflood", "hops": 2}), ring_facts(10))
+    assert delayed.phases(0) == ("compute", "forward", "apply")
+    with pytest.raises(ConfigError) as err:
+        STRATEGIES.entry("seedflood").build(
+            STRATEGIES.config({"name": "seedflood", "hops": 6}), ring_facts(10))
+    assert err.value.field == "strategy.hops"
+    varying = GraphFacts(name="one_peer", n=8, time_varying=True, diameter=None,
+                         degrees=(1,) * 8)
+    with pytest.raises(ConfigError):
+        STRATEGIES.entry("seedflood").build(cfg, varying)
+
+
+def test_every_strategy_dispatches_phases_to_methods(tmp_path):
+    """One dispatch style: each phase a strategy names is a method of that strategy."""
+    for name in STRATEGIES.names:
+        topology = {"name": "star", "n": 5} if name in ("fedavg", "diloco") else \
+            {"name": "ring", "n": 5}
+        strategy = build_plan(from_dict(tiny(tmp_path, topology=topology,
+                                             strategy={"name": name}))).strategy
+        for r in range(3):
+            for phase in strategy.phases(r):
+                assert callable(getattr(type(strategy), phase, None)), (name, phase)
+        assert "run_phase" not in type(strategy).__dict__, name
