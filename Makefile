@@ -36,3 +36,4 @@ bench: install
 	$(PY) benchmarks/backend_overhead.py
 	$(PY) benchmarks/label_word_logits.py
 	$(PY) benchmarks/gossip_compression.py
+	$(PY) benchmarks/network_solver.py

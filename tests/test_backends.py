@@ -42,15 +42,42 @@ TOPOLOGY = {"dsgd": "ring", "choco": "ring", "fedavg": "star", "diloco": "star",
     {"name": "gasloc", "local_steps": 3, "local_steps_min": 1, "lr": 1e-3, "outer_momentum": 0.3},
 ], ids=lambda s: s["name"])
 def test_local_equals_ray_for_any_grouping(tmp_path, ray_session, strategy):
+    """Every strategy on uneven groups (4 + 2 clients); DSGD and GASLoC (whose workers
+    draw their own H_i) also on three groups of 2. Grouping is the platform's business,
+    the same code for every strategy: more groupings per strategy would only re-test it
+    at ~10 s a Ray run."""
     topology = {"name": TOPOLOGY[strategy["name"]], "n": 6}
     base = tiny(tmp_path, rounds=3, topology=topology, strategy=strategy)
     ref_rows, ref_params = rows_and_params(from_dict(base))
-    for per_actor in (2, 4):
+    for per_actor in (2, 4) if strategy["name"] in ("dsgd", "gasloc") else (4,):
         cfg = from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": per_actor}})
         rows, vectors = rows_and_params(cfg)
         assert rows == ref_rows
         for cid, vec in ref_params.items():
             np.testing.assert_array_equal(vectors[cid], vec)
+
+
+@pytest.mark.parametrize("strategy", [{"name": "dsgd", "local_steps": 2, "lr": 0.1},
+                                      {"name": "seedflood", "hops": 1}],
+                         ids=lambda s: s["name"])
+def test_local_equals_ray_with_faults_and_modelled_compute(tmp_path, ray_session, strategy):
+    """Drops, delays, a partition, a Byzantine client with a noise attack, per-link
+    capacity draws and heterogeneous modelled compute: the same run on both backends."""
+    base = tiny(tmp_path, rounds=4, topology={"name": "ring", "n": 6}, strategy=strategy,
+                network={"link_mbps": 10, "up_mbps": 15, "link_spread": {"dist": "uniform"}},
+                compute={"mode": "modelled", "device_tflops": 1e-5,
+                         "speed_spread": {"dist": "lognormal"}},
+                faults={"drop": 0.2, "delay": 0.3, "delay_phases": 2, "byzantine": [2],
+                        "attack": {"name": "gaussian", "std": 0.1},
+                        "partition": {"start": 1, "rounds": 1}})
+    ref_rows, ref_params = rows_and_params(from_dict(base))
+    assert sum(r["dropped_messages"] for r in ref_rows) > 0
+    assert all(r["sim_compute_s"] > 0 for r in ref_rows)
+    rows, vectors = rows_and_params(from_dict({**base, "backend": "ray",
+                                               "ray": {"clients_per_actor": 4}}))
+    assert rows == ref_rows
+    for cid, vec in ref_params.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
 
 
 def test_placement_groups_clients_contiguously():
@@ -68,8 +95,9 @@ def test_coordinator_actor_refuses_a_non_edge_message(tmp_path, ray_session):
     coordinator = Coordinator.remote(cfg, [[0, 1, 2], [3, 4, 5]])
     try:
         ok = Message(0, 1, "x", None)
-        ray_session.get(coordinator.post.remote(0, "local", [ok]))
+        ray_session.get(coordinator.post.remote(0, "local", [ok], {0: 0.0}))
         with pytest.raises(StrategyError, match="from client 0 to client 3 in round 2"):
-            ray_session.get(coordinator.post.remote(2, "local", [Message(0, 3, "x", None)]))
+            ray_session.get(coordinator.post.remote(2, "local", [Message(0, 3, "x", None)],
+                                                    {0: 0.0}))
     finally:
         ray_session.kill(coordinator)

@@ -111,7 +111,8 @@ def test_wrong_type_is_one_line_naming_the_field(tmp_path, capsys, section, name
     assert err.startswith(f"error: {field}")
 
 
-SECTIONS = ["topology", "strategy", "task", "model", "network", "eval", "ray", "tracking"]
+SECTIONS = ["topology", "strategy", "task", "model", "network", "compute", "faults", "eval",
+            "ray", "tracking"]
 
 
 @pytest.mark.parametrize("shape", [[1, 2], 5])

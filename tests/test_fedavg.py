@@ -11,7 +11,6 @@ from decent.models import params
 from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import check
-from decent.strategies.local_training import local_steps
 from tests.helpers import tiny
 
 
@@ -42,7 +41,11 @@ def test_server_applies_outer_step_to_mean_delta(tmp_path, outer):
         deltas = []
         for c, model in workers.items():
             params.load(model, params.snapshot(ref))
-            local_steps(model, opts[c], group.task, group.clients[c].data, gens[c], 3, 8)
+            for _ in range(3):  # the worker's local SGD, written out
+                batch = group.clients[c].data.sample(8, gens[c])
+                opts[c].zero_grad(set_to_none=True)
+                group.task.loss(model, batch).backward()
+                opts[c].step()
             deltas.append({k: ref.get_parameter(k).detach() - v.detach()
                            for k, v in params.trainable_params(model).items()})
         for k, p in params.trainable_params(ref).items():

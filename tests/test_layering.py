@@ -24,12 +24,13 @@ ALLOWED = {
     "topologies": {"core"},
     "models": {"core"},
     "compression": {"core"},
-    "network": {"core", "topologies"},
+    "robust": {"core"},
+    "network": {"core", "topologies", "robust"},
     "tasks": {"core", "models"},
     "zo": {"core", "models"},
     "strategies": {"core", "models", "tasks", "zo", "compression"},
     "platform": {"core", "models", "tasks", "zo", "compression", "strategies", "topologies",
-                 "network"},
+                 "network", "robust"},
 }
 # Strategies read like the paper's algorithm box: no distribution, no graph library; and
 # Ray is the platform's business alone (everything below it runs without a cluster).

@@ -4,12 +4,13 @@ import torch
 from decent.core.errors import StrategyError
 from decent.core.messages import Message, Seed, wire_size
 from decent.network.router import Router
-from decent.network.timing import NetworkConfig, phase_time
+from decent.network.timing import Network, NetworkConfig
 from decent.topologies import TopologyConfig, build_topology
 
 
 def make_router(name="ring", n=5, net=None):
-    return Router(build_topology(TopologyConfig(name=name, n=n)), "dummy", net or NetworkConfig())
+    return Router(build_topology(TopologyConfig(name=name, n=n)), "dummy",
+                  Network(net or NetworkConfig(), n, 0))
 
 
 def msg(src, dst, payload, seq=0):
@@ -58,11 +59,12 @@ def test_bytes_per_directed_edge_and_round():
     assert router.total_edge_bytes[(1, 0)] == 80
 
 
-def test_phase_time_link_and_node_caps():
-    net = NetworkConfig(link_mbps=10, node_mbps=100, latency_ms=5)
+@pytest.mark.parametrize("model", ["maxmin", "bottleneck"])
+def test_phase_time_link_and_node_caps(model):
+    net = Network(NetworkConfig(model=model, link_mbps=10, node_mbps=100, latency_ms=5), 21, 0)
     # one 1.25 MB transfer on a 10 Mbps link: 1 s, plus 5 ms latency
-    assert phase_time({(0, 1): 1_250_000}, net) == pytest.approx(1.005)
+    assert net.phase_time({(0, 1): 1_250_000})[0] == pytest.approx(1.005)
     # twenty 1.25 MB sends out of node 0: the 100 Mbps node cap (2 s) dominates the link (1 s)
     edges = {(0, j): 1_250_000 for j in range(1, 21)}
-    assert phase_time(edges, net) == pytest.approx(2.005)
-    assert phase_time({}, net) == 0.0
+    assert net.phase_time(edges)[0] == pytest.approx(2.005)
+    assert net.phase_time({}) == (0.0, 0.0)

@@ -74,6 +74,10 @@ class Message:
     # Header fields a real protocol carries in a few bytes per message (e.g. the origin
     # and iteration of a flooded update); like src/dst/tag they are not counted.
     meta: tuple[int, ...] = ()
+    # Set by the router when the message is posted: the round and the run-wide phase
+    # number it was sent in (a message delayed by a fault arrives in a later one).
+    sent_round: int = -1
+    sent_phase: int = -1
 
 
 def wire_size(payload: Any) -> int:

@@ -133,6 +133,11 @@ def text(default: str | None = None, *, nullable: bool = True) -> Any:
 SEED_MAX = 2**63 - 1
 
 
+def number(default: float) -> Any:
+    """Any finite or infinite number (a target value, say): declared, not bounded."""
+    return _field(default, Check())
+
+
 def seed_field(default: int = 0) -> Any:
     return in_range(default, 0, SEED_MAX)
 

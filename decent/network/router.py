@@ -4,7 +4,9 @@ The router is the one place messages pass between clients. The local backend own
 in-process; on Ray the Coordinator actor (:mod:`decent.platform.ray_backend.coordinator`)
 wraps one.
 Messages posted during a phase are held back until every client has finished that
-phase (:meth:`Router.advance`), then become the inboxes of the next phase.
+phase (:meth:`Router.advance`), then become the inboxes of the next phase. Injected wire
+faults (:mod:`decent.network.faults`) act here: a message may be refused at a partition,
+lost, or held back for some phases.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 
 from decent.core.errors import StrategyError
 from decent.core.messages import Message
-from decent.network.timing import NetworkConfig, phase_time
+from decent.network.faults import WireFaults
+from decent.network.timing import Network
 from decent.topologies import Topology
 
 
@@ -27,6 +30,11 @@ class RoundTraffic:
     messages: int = 0
     max_edge_bytes: int = 0
     sim_time_s: float = 0.0
+    sim_compute_s: float = 0.0  # the slowest client's compute, summed over phases
+    sim_comm_s: float = 0.0  # the rest: communication on each phase's critical path
+    dropped_messages: int = 0  # lost on the wire (their bytes were sent)
+    delayed_messages: int = 0  # held back some phases
+    partitioned_messages: int = 0  # refused at a partition (not sent)
     edge_bytes: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
@@ -34,10 +42,16 @@ class Router:
     """Checks that every message follows an edge of the round's graph, counts its wire
     bytes per directed edge, and files it in its destination's next inbox."""
 
-    def __init__(self, topology: Topology, strategy_name: str, network: NetworkConfig) -> None:
+    def __init__(self, topology: Topology, strategy_name: str, network: Network,
+                 faults: WireFaults | None = None) -> None:
         self.topology = topology
         self.strategy_name = strategy_name
         self.network = network
+        self.faults = faults
+        self._compute: dict[int, float] = {}
+        self._phase_no = 0  # phases closed since the run began
+        self._step = 0  # position of the current phase in its round
+        self._later: dict[int, list[Message]] = defaultdict(list)  # phase no. → delayed
         self._pending: dict[int, list[Message]] = defaultdict(list)
         self._ready: dict[int, list[Message]] = {}
         self._phase_edges: dict[tuple[int, int], int] = defaultdict(int)
@@ -45,8 +59,11 @@ class Router:
         self.total_edge_bytes: dict[tuple[int, int], int] = defaultdict(int)
         self.total_bytes = 0
 
-    def post(self, round_: int, phase: str, messages: Iterable[Message]) -> None:
-        """Accept one phase's outgoing messages of some clients (sizes already set)."""
+    def post(self, round_: int, phase: str, messages: Iterable[Message],
+             compute: dict[int, float] | None = None) -> None:
+        """Accept one phase's outgoing messages of some clients (sizes already set) and
+        how long each of those clients computed before sending (simulated seconds)."""
+        self._compute.update(compute or {})
         graph = self.topology.round_graph(round_)
         for msg in messages:
             if not graph.has_edge(msg.src, msg.dst):
@@ -56,18 +73,41 @@ class Router:
                     f"({msg.src}, {msg.dst}) is not an edge of that round's "
                     f"{self.topology.name} graph"
                 )
-            self._pending[msg.dst].append(msg)
+            msg.sent_round, msg.sent_phase = round_, self._phase_no
+            lost, late = False, 0
+            if self.faults is not None:
+                if self.faults.cut(round_, msg.src, msg.dst):
+                    self._round.partitioned_messages += 1
+                    continue
+                lost, late = self.faults.fate(round_, self._step, msg.src, msg.dst, msg.seq)
             self._phase_edges[(msg.src, msg.dst)] += msg.nbytes
             self._round.messages += 1
+            if lost:
+                self._round.dropped_messages += 1
+            elif late:
+                self._round.delayed_messages += 1
+                self._later[self._phase_no + 1 + late].append(msg)
+            else:
+                self._pending[msg.dst].append(msg)
 
     def advance(self) -> None:
-        """Close the phase: posted messages become the inboxes of the next phase."""
+        """Close the phase: posted messages (and delayed ones now due) become the inboxes
+        of the next phase, each sorted by (source, phase sent, sequence number)."""
+        self._phase_no += 1
+        self._step += 1
+        for msg in self._later.pop(self._phase_no, []):
+            self._pending[msg.dst].append(msg)
         self._ready = {
-            dst: sorted(msgs, key=lambda m: (m.src, m.seq)) for dst, msgs in self._pending.items()
+            dst: sorted(msgs, key=lambda m: (m.src, m.sent_phase, m.seq))
+            for dst, msgs in self._pending.items()
         }
         self._pending = defaultdict(list)
         edges = self._phase_edges
-        self._round.sim_time_s += phase_time(edges, self.network)
+        duration, compute = self.network.phase_time(edges, self._compute)
+        self._round.sim_time_s += duration
+        self._round.sim_compute_s += compute
+        self._round.sim_comm_s += duration - compute
+        self._compute = {}
         for edge, nbytes in edges.items():
             self._round.edge_bytes[edge] = self._round.edge_bytes.get(edge, 0) + nbytes
             self.total_edge_bytes[edge] += nbytes
@@ -80,6 +120,7 @@ class Router:
     def end_round(self) -> RoundTraffic:
         """Totals of the round that just ended; starts counting the next one."""
         traffic = self._round
+        self._step = 0
         traffic.bytes = sum(traffic.edge_bytes.values())
         traffic.max_edge_bytes = max(traffic.edge_bytes.values(), default=0)
         self.total_bytes += traffic.bytes

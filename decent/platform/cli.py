@@ -60,15 +60,27 @@ SUMMARY_ROWS = (
     ("consensus distance", "consensus_distance", "{:.3e}"),
     ("bytes sent (total)", "bytes_total", "{:,}"),
     ("max bytes on one edge", "max_edge_bytes_total", "{:,}"),
-    ("simulated comm time", "sim_time_total_s", "{:.3f} s"),
+    ("simulated time", "sim_time_total_s", "{:.3f} s"),
+    ("  of which compute", "sim_compute_total_s", "{:.3f} s"),
+    ("time to target", "time_to_target_s", "{:.3f} s"),
+    ("rounds to target", "rounds_to_target", "{}"),
+    ("messages lost", "dropped_messages_total", "{:,}"),
+    ("messages delayed", "delayed_messages_total", "{:,}"),
+    ("messages cut off", "partitioned_messages_total", "{:,}"),
+    ("Byzantine clients", "byzantine_clients", "{}"),
     ("wall time", "wall_s", "{:.1f} s"),
 )
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     width = max(len(label) for label, _, _ in SUMMARY_ROWS)
-    lines = [f"{label:<{width}}  {fmt.format(summary[key])}"
-             for label, key, fmt in SUMMARY_ROWS if key in summary]
+    lines = []
+    for label, key, fmt in SUMMARY_ROWS:
+        if key not in summary or (key == "sim_compute_total_s" and not summary[key]):
+            continue
+        value = summary[key]
+        text = "not reached" if value is None else fmt.format(value)
+        lines.append(f"{label:<{width}}  {text}")
     return "\n".join(lines)
 
 

@@ -21,8 +21,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from decent.core.errors import ConfigError
 from decent.core.registry import config_error
-from decent.core.schema import at_least, one_of, seed_field, text, validate_fields
+from decent.core.schema import at_least, number, one_of, seed_field, text, validate_fields
+from decent.network.faults import FaultsConfig
 from decent.network.timing import NetworkConfig
+from decent.platform.compute import ComputeConfig
 from decent.topologies import TopologyConfig
 
 BACKENDS = ("local", "ray")
@@ -34,10 +36,25 @@ RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 OBJECT_STORE_MIN_MB = 75
 
 
+TARGET_MODES = ("auto", "max", "min")
+
+
+@dataclass
+class TargetConfig:
+    """A value of an evaluated metric to reach: the summary reports when it first is."""
+
+    metric: str | None = text()  # e.g. gmp_accuracy; None: no target
+    value: float = number(0.0)
+    # max: reached when metric ≥ value; min: when ≤; auto: min for losses, perplexities and
+    # distances, max otherwise
+    mode: str = one_of(TARGET_MODES, "auto")
+
+
 @dataclass
 class EvalConfig:
     every: int = at_least(0, 5)  # evaluate every k rounds (and after the last); 0 = at the end
     per_client: bool = True  # also each client's own accuracy (costs n evaluations)
+    target: TargetConfig = field(default_factory=TargetConfig)
 
 
 @dataclass
@@ -80,6 +97,8 @@ class RunConfig:
     task: Any = field(default_factory=lambda: {"name": "digits"})
     model: Any = field(default_factory=lambda: {"name": "mlp"})
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -93,6 +112,16 @@ class RunConfig:
             raise ConfigError("name", f"{self.name!r} is not a valid run name: it names the run "
                               "directory, so use letters, digits, '.', '_' and '-' (no path "
                               "separators, no leading dot)")
+        outside = [c for c in self.faults.byzantine if c >= self.n]
+        if outside:
+            raise ConfigError("faults.byzantine", f"client {outside[0]} does not exist (ids "
+                              f"are 0..{self.n - 1} for topology.n={self.n})")
+        if self.faults.partition.rounds and self.faults.partition.parts > self.n:
+            raise ConfigError("faults.partition.parts", f"at most topology.n={self.n} blocks "
+                              f"(got {self.faults.partition.parts})")
+        if self.compute.speeds and len(self.compute.speeds) != self.n:
+            raise ConfigError("compute.speeds", f"needs one factor per client: {self.n} "
+                              f"values for topology.n={self.n} (got {len(self.compute.speeds)})")
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:

@@ -7,6 +7,21 @@ from typing import Any
 import numpy as np
 
 
+def evaluated_metrics(task_metrics: tuple[str, ...], per_client: bool) -> list[str]:
+    """The metric names an evaluation round reports (see :func:`combine`), plus the
+    training ``loss`` every round reports."""
+    names = ["loss", "consensus_distance", *(f"gmp_{m}" for m in task_metrics)]
+    if per_client:
+        names += [f"client_{m}_mean" for m in task_metrics]
+        if "accuracy" in task_metrics:
+            names += ["client_accuracy_min", "client_accuracy_max"]
+    return names
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric for word in ("loss", "perplexity", "distance"))
+
+
 def mean_model(sums: list[np.ndarray], n: int) -> np.ndarray:
     """θ̄ = Σ θ_i / n, rounded to float32 (and held as float64).
 

@@ -8,6 +8,7 @@ results do not depend on how clients are grouped or which backend runs them.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,8 +20,11 @@ from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
 from decent.core.stats import Stat
 from decent.models.registry import MODELS
+from decent.network.faults import ATTACK_SALT, fault_seed
+from decent.platform.compute import ComputeClock
 from decent.platform.config import RunConfig
 from decent.platform.plan import RunPlan, build_plan
+from decent.robust.attacks import Attack
 from decent.strategies.base import Client, PhaseContext
 from decent.tasks.base import Task
 from decent.tasks.registry import TASKS
@@ -103,6 +107,12 @@ class ClientGroup:
         self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
         self.base_model.to(device)
         self.shared = self.strategy.init_process(self.base_model)
+        self.fault_seed = fault_seed(cfg.faults, cfg.seed)
+        self.attacks = {cid: Attack(cfg.faults.attack) for cid in plan.byzantine
+                        if cid in self.cids}
+        self.clock = ComputeClock(cfg.compute, cfg.seed, self.cids,
+                                  sum(p.numel() for p in self.base_model.parameters()),
+                                  cfg.strategy)
         holders = self.strategy.data_holders()
         shards = self.task.client_data(holders, device)
         self.clients: dict[int, Client] = {}
@@ -126,17 +136,23 @@ class ClientGroup:
 
     def run_phase(
         self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]]
-    ) -> list[Message]:
-        """Run ``phase`` (position ``step`` in the round) for every hosted client; their
-        outgoing messages, sized."""
+    ) -> tuple[list[Message], dict[int, float]]:
+        """Run ``phase`` (position ``step`` in the round) for every hosted client: their
+        outgoing messages, sized, and each client's compute time in simulated seconds."""
         ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
                            self.shared)
         self.strategy.begin_phase(ctx, [self.clients[c] for c in self.cids])
         outgoing: list[Message] = []
+        compute: dict[int, float] = {}
         for cid in self.cids:
             client = self.clients[cid]
+            client.steps = 0
+            started = time.perf_counter()
             with own_rng(client):
                 sent = self.strategy.run_phase(client, inboxes.get(cid, []), ctx)
+            compute[cid] = self.clock.seconds(cid, client.steps,
+                                              time.perf_counter() - started)
+            attack = self.attacks.get(cid)
             for seq, msg in enumerate(sent):
                 if msg.src != cid:
                     raise StrategyError(
@@ -144,9 +160,12 @@ class ClientGroup:
                         f"claiming to come from {msg.src} (round {round_}, phase '{phase}')"
                     )
                 msg.seq = seq
+                if attack is not None:  # a Byzantine client: the payload is attacked
+                    msg.payload = attack(msg.payload, msg.dst, step, seq, [
+                        self.fault_seed, ATTACK_SALT, round_, step, cid, msg.dst, seq])
                 msg.nbytes = wire_size(msg.payload)
             outgoing.extend(sent)
-        return outgoing
+        return outgoing, compute
 
     def pop_stats(self) -> dict[int, dict[str, Stat]]:
         """Per-client statistics the strategy recorded since the last call."""

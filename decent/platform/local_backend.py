@@ -11,21 +11,22 @@ from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
 from decent.platform.evaluation import combine, mean_model
 from decent.platform.group import ClientGroup, resolve_device
-from decent.platform.plan import RunPlan
+from decent.platform.plan import RunPlan, build_plan
 
 
 class LocalBackend:
     def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
         self.cfg = cfg
+        plan = plan or build_plan(cfg)
         self.group = ClientGroup(cfg, list(range(cfg.n)), resolve_device(cfg), plan)
         self.strategy = self.group.strategy
-        self.router = Router(self.group.topology, self.strategy.name, cfg.network)
+        self.router = Router(plan.topology, self.strategy.name, plan.network, plan.wire_faults)
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
         for step, phase in enumerate(self.strategy.phases(round_)):
             inboxes = self.router.take(self.group.cids)
-            outgoing = self.group.run_phase(round_, step, phase, inboxes)
-            self.router.post(round_, phase, outgoing)
+            outgoing, compute = self.group.run_phase(round_, step, phase, inboxes)
+            self.router.post(round_, phase, outgoing, compute)
             self.router.advance()
         return self.group.pop_stats(), self.router.end_round()
 

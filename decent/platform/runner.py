@@ -18,6 +18,7 @@ from decent.core.errors import ConfigError
 from decent.core.stats import Stat, reduce_stats
 from decent.network.router import RoundTraffic
 from decent.platform.config import RunConfig, to_yaml
+from decent.platform.evaluation import evaluated_metrics, lower_is_better
 from decent.platform.plan import RunPlan, build_plan
 from decent.platform.rundir import RunDir, check_out_dir
 from decent.platform.tracking import Tracker
@@ -53,8 +54,30 @@ def check(cfg: RunConfig) -> RunPlan:
     if cfg.backend == "ray" and cfg.device == "cuda" and cfg.ray.num_gpus_per_actor <= 0:
         raise ConfigError("device", "device=cuda on backend=ray needs GPUs for the actors: "
                           "set ray.num_gpus_per_actor (e.g. 0.25), or device=auto")
+    check_target(cfg)
     check_out_dir(cfg.tracking.out_dir)
     return plan
+
+
+def check_target(cfg: RunConfig) -> None:
+    metric = cfg.eval.target.metric
+    if metric is None:
+        return
+    from decent.tasks.registry import TASKS
+
+    known = evaluated_metrics(TASKS.entry(cfg.task.name).build.METRICS, cfg.eval.per_client)
+    if metric not in known:
+        raise ConfigError("eval.target.metric", f"{metric!r} is not reported by task "
+                          f"'{cfg.task.name}'; choose one of: {', '.join(known)}")
+
+
+def target_reached(cfg: RunConfig, row: dict[str, Any]) -> bool:
+    target = cfg.eval.target
+    if target.metric is None or target.metric not in row:
+        return False
+    lower = target.mode == "min" or (target.mode == "auto" and lower_is_better(target.metric))
+    value = row[target.metric]
+    return value <= target.value if lower else value >= target.value
 
 
 def make_backend(cfg: RunConfig, plan: RunPlan | None = None) -> Backend:
@@ -76,12 +99,12 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     plan = check(cfg)
     backend = backend or make_backend(cfg, plan)
     try:
-        return _run(cfg, backend)
+        return _run(cfg, backend, plan)
     finally:
         backend.close()
 
 
-def _run(cfg: RunConfig, backend: Backend) -> RunResult:
+def _run(cfg: RunConfig, backend: Backend, plan: RunPlan) -> RunResult:
     rows: list[dict[str, Any]] = []
     with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
         rd.write_text("config.yaml", to_yaml(cfg))
@@ -106,9 +129,15 @@ def _run(cfg: RunConfig, backend: Backend) -> RunResult:
                     "max_edge_bytes": traffic.max_edge_bytes,
                     "max_edge_bytes_total": backend.max_edge_bytes_total,
                     "sim_time_s": traffic.sim_time_s,
+                    "sim_compute_s": traffic.sim_compute_s,
+                    "sim_comm_s": traffic.sim_comm_s,
                     "sim_time_total_s": sim_total,
                     "wall_s": wall,
                 }
+                if cfg.faults.on_the_wire:
+                    row.update(dropped_messages=traffic.dropped_messages,
+                               delayed_messages=traffic.delayed_messages,
+                               partitioned_messages=traffic.partitioned_messages)
                 if eval_due(cfg, r):
                     row.update(backend.evaluate(cfg.eval.per_client))
                 rows.append(row)
@@ -116,6 +145,12 @@ def _run(cfg: RunConfig, backend: Backend) -> RunResult:
                 shown = ("loss", "gmp_accuracy", "gmp_perplexity")
                 bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
             summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
+            if cfg.faults.on_the_wire:
+                for key in ("dropped_messages", "delayed_messages", "partitioned_messages"):
+                    summary[f"{key}_total"] = sum(r[key] for r in rows)
+            if plan.byzantine:
+                summary["byzantine_clients"] = plan.byzantine
+                summary["attack"] = cfg.faults.attack.name
             rd.write_json("summary.json", summary)
         finally:
             tracker.close(summary)
@@ -136,7 +171,15 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: s
         "bytes_total": rows[-1]["bytes_total"],
         "max_edge_bytes_total": rows[-1]["max_edge_bytes_total"],
         "sim_time_total_s": rows[-1]["sim_time_total_s"],
+        "sim_compute_total_s": sum(r["sim_compute_s"] for r in rows),
+        "sim_comm_total_s": sum(r["sim_comm_s"] for r in rows),
     }
+    if cfg.eval.target.metric is not None:
+        # the first evaluated round at which the target holds, on the simulated clock
+        hit = next((r for r in rows if target_reached(cfg, r)), None)
+        summary["target"] = {"metric": cfg.eval.target.metric, "value": cfg.eval.target.value}
+        summary["time_to_target_s"] = None if hit is None else hit["sim_time_total_s"]
+        summary["rounds_to_target"] = None if hit is None else hit["round"] + 1
     if "loss" in rows[-1]:
         summary["final_loss"] = rows[-1]["loss"]
     summary.update({k: v for k, v in last_eval.items()

@@ -60,6 +60,14 @@ class Client(Generic[StateT]):
     # The client's own state of torch's global RNG (dropout, e.g. LoRA's, draws from it):
     # swapped in while the client computes, so results do not depend on grouping.
     rng_states: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Optimisation steps taken in the current phase: what a modelled compute time charges
+    # (the platform reads and resets it after every phase).
+    steps: int = 0
+
+    def count_steps(self, k: int) -> None:
+        """Charge ``k`` optimisation steps (one local SGD step, one ZO estimate) to this
+        phase's compute time."""
+        self.steps += k
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,7 @@ class ChocoSGD(Strategy[ChocoState]):
         cfg = self.cfg
         state = client.state
         client.stats["loss"] = local_steps(
-            client.model, state.optimizer, ctx.task, client.data, client.generator,
-            cfg.local_steps, cfg.batch_size,
-        )
+            client, state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size)
         w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
         q = {}

@@ -48,9 +48,7 @@ class DSGD(Strategy[DSGDState]):
               ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
         client.stats["loss"] = local_steps(
-            client.model, client.state.optimizer, ctx.task, client.data, client.generator,
-            cfg.local_steps, cfg.batch_size,
-        )
+            client, client.state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size)
         theta = params.snapshot(client.model, WIRE_DTYPES[cfg.wire_dtype])
         return self.to_neighbours(client, ctx, "params", theta)
 

@@ -26,6 +26,7 @@ from decent.core.messages import Message
 from decent.core.schema import in_range, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import newest_per_neighbour
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 
 SERVER = 0
@@ -97,9 +98,7 @@ class FedAvg(Strategy[FedAvgState]):
         state = client.state
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
-            client.model, state.optimizer, ctx.task, client.data, client.generator,
-            self.cfg.local_steps, self.cfg.batch_size,
-        )
+            client, state.optimizer, ctx.task, self.cfg.local_steps, self.cfg.batch_size)
         live = params.trainable_params(client.model)
         delta = {name: start[name] - live[name].detach() for name in start}
         if state.feedback is not None:
@@ -114,18 +113,22 @@ class FedAvg(Strategy[FedAvgState]):
                   ctx: PhaseContext) -> list[Message]:
         if client.cid != SERVER:
             return []
+        # the mean of the deltas that arrived (under injected faults some may be lost;
+        # with none, θ stays as it is)
+        arrived = list(newest_per_neighbour(client, inbox, ctx, tag="delta").values())
         live = params.trainable_params(client.model)
-        for name, p in live.items():
-            deltas = [
-                self.compressor.decompress(msg.payload[name], p) if self.encoded
-                else msg.payload[name]
-                for msg in inbox
-            ]
-            p.grad = sum(deltas) / len(deltas)
-        client.state.outer.step()
+        if arrived:
+            for name, p in live.items():
+                deltas = [
+                    self.compressor.decompress(msg.payload[name], p) if self.encoded
+                    else msg.payload[name]
+                    for msg in arrived
+                ]
+                p.grad = sum(deltas) / len(deltas)
+            client.state.outer.step()
         return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))
 
     def sync(self, client: Client[FedAvgState], inbox: list[Message],
              ctx: PhaseContext) -> None:
-        for msg in inbox:
+        for msg in newest_per_neighbour(client, inbox, ctx, tag="global").values():
             params.load(client.model, msg.payload)

@@ -40,6 +40,7 @@ from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import newest_per_neighbour
 from decent.strategies.local_training import (
     OPTIMIZERS,
     LocalTrainingConfig,
@@ -117,9 +118,7 @@ class GASLoC(Strategy[GASLoCState]):
         state = client.state
         theta = params.snapshot(client.model)  # θ_t^i
         client.stats["loss"] = local_steps(
-            client.model, state.optimizer, ctx.task, client.data, client.generator,
-            state.H, cfg.batch_size,
-        )
+            client, state.optimizer, ctx.task, state.H, cfg.batch_size)
         with torch.no_grad():
             live = params.trainable_params(client.model)
             # y = θ + η g with g = θ_H − θ (the drift)
@@ -137,7 +136,8 @@ class GASLoC(Strategy[GASLoCState]):
         assert y is not None
         w = ctx.graph.weights[client.cid]
         new = {name: t.clone() for name, t in y.items()}
-        for msg in inbox:  # sorted by source: the sum's order is fixed
+        # a lost y_j leaves its term out (as if y_j = y_i); a late one is superseded
+        for msg in newest_per_neighbour(client, inbox, ctx).values():  # in source order
             lam = w[msg.src] if cfg.edge_weights == "mixing" else 1.0
             for name, y_j in msg.payload.items():
                 new[name] -= cfg.gossip_step * lam * (y[name] - y_j.to(y[name].dtype))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive
+from decent.strategies.base import Client
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -46,15 +48,17 @@ def make_optimizer(model: torch.nn.Module, cfg: LocalTrainingConfig) -> torch.op
 
 
 def local_steps(
-    model: torch.nn.Module,
+    client: Client[Any],
     optimizer: torch.optim.Optimizer,
     task: Task,
-    data,
-    generator: torch.Generator,
     steps: int,
     batch_size: int,
 ) -> float:
-    """Run ``steps`` optimizer steps on batches drawn from ``data``; mean training loss."""
+    """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
+    generator; the mean training loss. The steps are charged to the client's compute
+    time (:meth:`Client.count_steps`)."""
+    model, data, generator = client.model, client.data, client.generator
+    client.count_steps(steps)
     model.train()
     total = 0.0
     for _ in range(steps):

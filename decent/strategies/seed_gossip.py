@@ -22,6 +22,7 @@ import torch
 from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import newest_per_neighbour
 from decent.strategies.zo_training import ZOStepConfig, zo_steps
 from decent.zo import mezo
 
@@ -65,8 +66,12 @@ class SeedGossip(Strategy[SeedGossipState]):
     def gossip(self, client: Client[SeedGossipState], inbox: list[Message],
                ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
-        mixed: dict[int, float] = {s: w[client.cid] * c for s, c in client.state.coef.items()}
-        for msg in inbox:
+        newest = newest_per_neighbour(client, inbox, ctx)
+        # a lost neighbour's weight stays with the client's own coefficients
+        own = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
+                                  if j not in newest)
+        mixed: dict[int, float] = {s: own * c for s, c in client.state.coef.items()}
+        for msg in newest.values():
             seeds, coefs = msg.payload
             for s, c in zip(seeds.tolist(), coefs.tolist(), strict=True):
                 mixed[s] = mixed.get(s, 0.0) + w[msg.src] * c

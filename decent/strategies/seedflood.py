@@ -211,6 +211,7 @@ class SeedFlood(Strategy[SeedFloodState]):
 
         alpha = ctx.shared.estimator.estimate(model, client.state.replica, loss_fn, seed,
                                               self.cfg.eps)
+        client.count_steps(1)
         client.stats["loss"] = sum(losses) / len(losses)
         # the coefficient travels as float32: every client, the sender too, applies that
         coef = float(np.float32(self.cfg.lr * alpha / self.n))

@@ -39,6 +39,7 @@ def zo_steps(client: Client[Any], ctx: PhaseContext,
     tensors = list(params.trainable_params(model).values())
     total = 0.0
     updates: list[tuple[int, float]] = []
+    client.count_steps(cfg.local_steps)
     for _ in range(cfg.local_steps):
         batch = client.data.sample(cfg.batch_size, client.generator)
         seed = draw_seed(client.generator)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -27,6 +27,8 @@ class ClientData:
 
 
 class Task(ABC):
+    # what evaluate() returns, declared so a config naming a metric can be checked early
+    METRICS: ClassVar[tuple[str, ...]] = ("loss",)
     """A dataset, its partition across clients, a loss and an evaluation."""
 
     name: str

@@ -76,6 +76,7 @@ def to_tensors(split: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tenso
 
 
 class Cifar10Task(Task):
+    METRICS = ("accuracy", "loss")
     name = "cifar10"
 
     def __init__(self, cfg: Cifar10Config, seed: int, model_cfg: Any = None) -> None:

@@ -25,6 +25,7 @@ class DigitsConfig:
 
 
 class DigitsTask(Task):
+    METRICS = ("accuracy", "loss")
     name = "digits"
 
     def __init__(self, cfg: DigitsConfig, seed: int, model_cfg: Any = None) -> None:

@@ -55,6 +55,7 @@ class SequenceData(ClientData):
 
 
 class LanguageModelingTask(Task):
+    METRICS = ("loss", "perplexity")
     name = "lm"
 
     def __init__(self, cfg: LanguageModelingConfig, seed: int, model_cfg: Any) -> None:

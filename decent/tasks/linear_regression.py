@@ -32,6 +32,7 @@ class LinearRegressionConfig:
 
 
 class LinearRegressionTask(Task):
+    METRICS = ("loss",)
     name = "linear_regression"
 
     def __init__(self, cfg: LinearRegressionConfig, seed: int, model_cfg: Any = None) -> None:

@@ -96,6 +96,8 @@ def verbalizer(tokenizer: Any, words: tuple[str, ...]) -> tuple[list[int], list[
 
 
 class PromptedTask(Task):
+    METRICS = ("accuracy", "loss")
+
     def __init__(self, cfg: PromptedConfig, seed: int, model_cfg: Any) -> None:
         from decent.models.causal_lm import load_tokenizer
 

@@ -34,8 +34,8 @@ class ClientActor:
         self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]] | None
     ) -> dict[int, dict[str, Stat]]:
         inboxes = transport.receive(inboxes or {}, self.device)
-        outgoing = self.group.run_phase(round_, step, phase, inboxes)
-        ray.get(self.coordinator.post.remote(round_, phase, transport.send(outgoing)))
+        outgoing, compute = self.group.run_phase(round_, step, phase, inboxes)
+        ray.get(self.coordinator.post.remote(round_, phase, transport.send(outgoing), compute))
         return self.group.pop_stats()
 
     def param_sum(self) -> np.ndarray:

@@ -14,17 +14,19 @@ import ray
 from decent.core.messages import Message
 from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
-from decent.topologies import build_topology
+from decent.platform.plan import build_plan
 
 
 @ray.remote(num_cpus=0)
 class Coordinator:
     def __init__(self, cfg: RunConfig, groups: list[list[int]]) -> None:
         self.groups = groups
-        self.router = Router(build_topology(cfg.topology), cfg.strategy.name, cfg.network)
+        plan = build_plan(cfg)
+        self.router = Router(plan.topology, cfg.strategy.name, plan.network, plan.wire_faults)
 
-    def post(self, round_: int, phase: str, messages: list[Message]) -> None:
-        self.router.post(round_, phase, messages)
+    def post(self, round_: int, phase: str, messages: list[Message],
+             compute: dict[int, float]) -> None:
+        self.router.post(round_, phase, messages, compute)
 
     def advance(self) -> list[ray.ObjectRef]:
         self.router.advance()

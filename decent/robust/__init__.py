@@ -1,0 +1,1 @@
+"""Clients that lie and what defends against them: attacks on outgoing payloads."""

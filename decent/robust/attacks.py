@@ -1,0 +1,92 @@
+"""Byzantine attacks: what a lying client does to the payloads it sends.
+
+An attack transforms a message's payload on its way out of a Byzantine client, after the
+strategy has produced it honestly, so every strategy meets the same attacks and none has
+to know about them. Only floating-point values are touched (tensors of a float dtype and
+:class:`~decent.core.messages.Scalar` coefficients): integer arrays — Top-K indices, INT8
+codes, seeds — are kept, so the payload still decodes and its wire size is unchanged.
+
+* ``sign_flip`` — x → −x (Damaskinos et al.'s and many robust-aggregation papers'
+  reversed-gradient attack, applied to whatever the method sends);
+* ``scale`` — x → factor·x;
+* ``gaussian`` — x → x + N(0, std²);
+* ``random`` — x → N(0, std²): a payload of noise in the right shape;
+* ``replay`` — the payload this client sent to the same neighbour at the same phase
+  ``lag`` rounds earlier (the current one until it has such a history): stale values.
+
+The noise of one message is drawn from a generator seeded by (fault seed, round, phase,
+source, destination, sequence number), so an attack is the same on every backend.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from decent.core.messages import Declared, Scalar
+from decent.core.schema import at_least, number, one_of
+
+ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay")
+
+
+@dataclass
+class AttackConfig:
+    name: str = one_of(ATTACKS, "sign_flip")
+    factor: float = number(-4.0)  # ``scale``
+    std: float = at_least(0, 1.0)  # ``gaussian`` and ``random``
+    lag: int = at_least(1, 1)  # ``replay``: rounds back
+
+
+def _map_floats(payload: Any, fn: Any) -> Any:
+    """``payload`` with ``fn`` applied to each floating-point leaf (tensor or float)."""
+    if isinstance(payload, torch.Tensor):
+        return fn(payload) if payload.is_floating_point() else payload
+    if isinstance(payload, np.ndarray):
+        if np.issubdtype(payload.dtype, np.floating):
+            return fn(torch.from_numpy(payload)).numpy()
+        return payload
+    if isinstance(payload, Scalar):
+        return Scalar(float(fn(torch.tensor(payload.value, dtype=torch.float32))))
+    if isinstance(payload, Declared):
+        return Declared(_map_floats(payload.payload, fn), payload.nbytes)
+    if isinstance(payload, dict):
+        return {k: _map_floats(v, fn) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(_map_floats(v, fn) for v in payload)
+    return payload
+
+
+def _noise(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    z = torch.randn(like.shape, generator=generator, dtype=torch.float32)
+    return (std * z).to(like.device, like.dtype)
+
+
+class Attack:
+    """One Byzantine client's attack (it keeps the client's send history for replay)."""
+
+    def __init__(self, cfg: AttackConfig) -> None:
+        self.cfg = cfg
+        # (phase step, dst, seq) → its payloads of the last lag + 1 rounds
+        self._sent: dict[tuple[int, int, int], deque[Any]] = {}
+
+    def __call__(self, payload: Any, dst: int, step: int, seq: int,
+                 seed_words: list[int]) -> Any:
+        cfg = self.cfg
+        if cfg.name == "replay":
+            history = self._sent.setdefault((step, dst, seq), deque(maxlen=cfg.lag + 1))
+            history.append(copy.deepcopy(payload))
+            return history[0] if len(history) == cfg.lag + 1 else payload
+        if cfg.name == "sign_flip":
+            return _map_floats(payload, lambda t: -t)
+        if cfg.name == "scale":
+            return _map_floats(payload, lambda t: cfg.factor * t)
+        generator = torch.Generator().manual_seed(
+            int(np.random.SeedSequence(seed_words).generate_state(1, np.uint64)[0] >> 1))
+        if cfg.name == "gaussian":
+            return _map_floats(payload, lambda t: t + _noise(t, cfg.std, generator))
+        return _map_floats(payload, lambda t: _noise(t, cfg.std, generator))
