@@ -37,3 +37,4 @@ bench: install
 	$(PY) benchmarks/label_word_logits.py
 	$(PY) benchmarks/gossip_compression.py
 	$(PY) benchmarks/network_solver.py
+	$(PY) benchmarks/checkpoint_cost.py

@@ -24,3 +24,20 @@ def tiny(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     }
     cfg.update(sections)
     return cfg
+
+
+def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
+    """``fn(*args, backend=...)`` (the runner's ``run`` or ``resume``) on a fresh backend
+    for ``cfg``, and every client's state vector as the run left it."""
+    from decent.platform.runner import make_backend
+
+    backend = make_backend(cfg)
+    vectors: dict[int, Any] = {}
+    close = backend.close
+
+    def capture_then_close() -> None:
+        vectors.update(backend.client_vectors())
+        close()
+
+    backend.close = capture_then_close
+    return fn(*args, backend=backend), vectors

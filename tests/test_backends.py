@@ -6,24 +6,13 @@ import pytest
 from decent.platform.config import from_dict
 from decent.platform.ray_backend.backend import placement
 from decent.platform.runner import run
-from tests.helpers import tiny
+from tests.helpers import run_capturing, tiny
 
 VOLATILE = {"wall_s"}
 
 
 def rows_and_params(cfg):
-    from decent.platform.runner import make_backend
-
-    backend = make_backend(cfg)
-    vectors = {}
-    original_close = backend.close
-
-    def close():
-        vectors.update(backend.client_vectors())
-        original_close()
-
-    backend.close = close
-    result = run(cfg, backend)
+    result, vectors = run_capturing(run, cfg, cfg)
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in result.rows], vectors
 
 

@@ -21,3 +21,8 @@ class StrategyError(RuntimeError):
 
     This is a bug in strategy code, not a user error, so it is raised loudly.
     """
+
+
+class ActorLost(RuntimeError):
+    """A process hosting clients died, and the run asked to restart from its last
+    checkpoint rather than go on without them (``ray.on_actor_death: restart``)."""

@@ -20,6 +20,7 @@ over a connection, and every method here would pay the same few bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,9 @@ class Message:
     # number it was sent in (a message delayed by a fault arrives in a later one).
     sent_round: int = -1
     sent_phase: int = -1
+    # True when the router returns the message to its sender: its destination was not
+    # present (it left or crashed)
+    undeliverable: bool = False
 
 
 def wire_size(payload: Any) -> int:
@@ -102,3 +106,23 @@ def wire_size(payload: Any) -> int:
         f"payload of type {type(payload).__name__} has no wire size: send tensors, "
         "wrap seeds in Seed and float scalars in Scalar, or a Declared compressed payload"
     )
+
+
+def payload_to(payload: Any, device: torch.device | str) -> Any:
+    """``payload`` with every tensor moved to ``device`` (a copy when it moves)."""
+    if isinstance(payload, torch.Tensor):
+        return payload.detach().to(device)
+    if isinstance(payload, Declared):
+        return Declared(payload_to(payload.payload, device), payload.nbytes)
+    if isinstance(payload, dict):
+        return {k: payload_to(v, device) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(payload_to(v, device) for v in payload)
+    return payload
+
+
+def messages_to(messages: dict[Any, list[Message]], device: torch.device | str
+                ) -> dict[Any, list[Message]]:
+    """A mapping of message lists with every payload on ``device``."""
+    return {key: [dataclasses.replace(m, payload=payload_to(m.payload, device)) for m in msgs]
+            for key, msgs in messages.items()}

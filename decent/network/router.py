@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from decent.core.errors import StrategyError
 from decent.core.messages import Message
@@ -35,6 +36,7 @@ class RoundTraffic:
     dropped_messages: int = 0  # lost on the wire (their bytes were sent)
     delayed_messages: int = 0  # held back some phases
     partitioned_messages: int = 0  # refused at a partition (not sent)
+    undeliverable_messages: int = 0  # addressed to a client not present: returned
     edge_bytes: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
@@ -52,12 +54,22 @@ class Router:
         self._phase_no = 0  # phases closed since the run began
         self._step = 0  # position of the current phase in its round
         self._later: dict[int, list[Message]] = defaultdict(list)  # phase no. → delayed
+        self._present: frozenset[int] | None = None  # None: every client
         self._pending: dict[int, list[Message]] = defaultdict(list)
         self._ready: dict[int, list[Message]] = {}
         self._phase_edges: dict[tuple[int, int], int] = defaultdict(int)
         self._round = RoundTraffic()
         self.total_edge_bytes: dict[tuple[int, int], int] = defaultdict(int)
         self.total_bytes = 0
+
+    def begin_round(self, present: frozenset[int] | None) -> None:
+        """The clients taking part in the round about to run (None: all of them)."""
+        self._present = present
+
+    def account(self, src: int, dst: int, nbytes: int) -> None:
+        """Traffic the platform itself sends this phase (a joining client's bootstrap)."""
+        self._phase_edges[(src, dst)] += nbytes
+        self._round.messages += 1
 
     def post(self, round_: int, phase: str, messages: Iterable[Message],
              compute: dict[int, float] | None = None) -> None:
@@ -74,6 +86,12 @@ class Router:
                     f"{self.topology.name} graph"
                 )
             msg.sent_round, msg.sent_phase = round_, self._phase_no
+            if self._present is not None and msg.dst not in self._present:
+                # nobody there: the sender finds out in its next inbox
+                self._round.undeliverable_messages += 1
+                msg.undeliverable = True
+                self._pending[msg.src].append(msg)
+                continue
             lost, late = False, 0
             if self.faults is not None:
                 if self.faults.cut(round_, msg.src, msg.dst):
@@ -126,6 +144,28 @@ class Router:
         self.total_bytes += traffic.bytes
         self._round = RoundTraffic()
         return traffic
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> dict[str, Any]:
+        """The router between two rounds: messages in flight (the next phase's inboxes,
+        and delayed ones) and the run's counters. Payloads stay as they are; the caller
+        makes them storable."""
+        return {
+            "ready": {dst: list(msgs) for dst, msgs in self._ready.items()},
+            "later": {k: list(v) for k, v in self._later.items()},
+            "phase_no": self._phase_no,
+            "present": self._present,
+            "total_edge_bytes": dict(self.total_edge_bytes),
+            "total_bytes": self.total_bytes,
+        }
+
+    def load(self, saved: dict[str, Any]) -> None:
+        self._ready = {dst: list(msgs) for dst, msgs in saved["ready"].items()}
+        self._later = defaultdict(list, {k: list(v) for k, v in saved["later"].items()})
+        self._phase_no = saved["phase_no"]
+        self._present = saved.get("present")
+        self.total_edge_bytes = defaultdict(int, saved["total_edge_bytes"])
+        self.total_bytes = saved["total_bytes"]
 
     @property
     def max_edge_bytes_total(self) -> int:

@@ -19,13 +19,23 @@ def _run(args: argparse.Namespace) -> int:
     from decent.platform.runner import run
 
     cfg = load_config(args.config, args.overrides)
-    result = run(cfg)
+    report(run(cfg))
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from decent.platform.runner import resume
+
+    report(resume(args.run_dir))
+    return 0
+
+
+def report(result: Any) -> None:
     print(format_summary(result.summary))
     print(f"run directory: {result.run_dir}")
     offline = sorted(result.run_dir.glob("wandb/offline-run-*"))
     if offline:
         print(f"W&B (offline): wandb sync {offline[0]}")
-    return 0
 
 
 def _topo(args: argparse.Namespace) -> int:
@@ -68,6 +78,8 @@ SUMMARY_ROWS = (
     ("messages delayed", "delayed_messages_total", "{:,}"),
     ("messages cut off", "partitioned_messages_total", "{:,}"),
     ("Byzantine clients", "byzantine_clients", "{}"),
+    ("clients present (end)", "live_clients", "{}"),
+    ("messages undeliverable", "undeliverable_messages_total", "{:,}"),
     ("wall time", "wall_s", "{:.1f} s"),
 )
 
@@ -103,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="YAML config file (e.g. experiments/quickstart.yaml)")
     r.add_argument("overrides", nargs="*", help="key=value overrides, e.g. strategy.lr=0.1")
     r.set_defaults(func=_run)
+    c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")
+    c.add_argument("run_dir", help="the run's directory (runs/.<id>.partial or <id>.failed)")
+    c.set_defaults(func=_resume)
     t = sub.add_parser("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)

@@ -23,7 +23,9 @@ from decent.core.errors import ConfigError
 from decent.core.registry import config_error
 from decent.core.schema import at_least, number, one_of, seed_field, text, validate_fields
 from decent.network.faults import FaultsConfig
+from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
+from decent.platform.checkpoint import CheckpointConfig
 from decent.platform.compute import ComputeConfig
 from decent.topologies import TopologyConfig
 
@@ -66,6 +68,10 @@ class RayConfig:
     num_gpus_per_actor: float = at_least(0, 0.0)  # > 0: the actor's clients run on cuda
     num_cpus: int | None = at_least(1, None, nullable=True)  # embedded Ray; default: all cores
     object_store_mb: int = at_least(OBJECT_STORE_MIN_MB, 512)  # embedded Ray only
+    # an actor that dies: its clients crash and the run goes on without them (churn), or
+    # the run goes back to its last checkpoint with fresh actors (restart)
+    on_actor_death: str = one_of(("churn", "restart"), "churn")
+    max_restarts: int = at_least(0, 3)
 
 
 @dataclass
@@ -99,6 +105,8 @@ class RunConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    churn: ChurnConfig = field(default_factory=ChurnConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

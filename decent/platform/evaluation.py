@@ -22,12 +22,30 @@ def lower_is_better(metric: str) -> bool:
     return any(word in metric for word in ("loss", "perplexity", "distance"))
 
 
-def mean_model(sums: list[np.ndarray], n: int) -> np.ndarray:
+def joiners(topology: Any, round_: int, members: Any) -> list[tuple[int, list[int]]]:
+    """(joining client, the present neighbours that bootstrap it) for this round's joins:
+    neighbours that were there before (not joining themselves), in id order. A client
+    with none keeps the model it had."""
+    if members is None or not members.joined:
+        return []
+    graph = topology.round_graph(round_)
+    out = []
+    for joiner in members.joined:
+        givers = [i for i in graph.neighbors[joiner]
+                  if i in members.present and i not in members.joined]
+        if givers:
+            out.append((joiner, givers))
+    return out
+
+
+def mean_model(sums: list[np.ndarray | None], n: int) -> np.ndarray:
     """θ̄ = Σ θ_i / n, rounded to float32 (and held as float64).
 
     Rounding makes θ̄ the same whichever way the float64 partial sums were grouped
-    (clients per actor), so every metric derived from it is identical across backends."""
-    return (np.sum(sums, axis=0) / n).astype(np.float32).astype(np.float64)
+    (clients per actor), so every metric derived from it is identical across backends.
+    A group with no client taking part reports None."""
+    parts = [s for s in sums if s is not None]
+    return (np.sum(parts, axis=0) / n).astype(np.float32).astype(np.float64)
 
 
 def combine(reports: list[dict[str, Any]]) -> dict[str, float]:

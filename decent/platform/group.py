@@ -18,9 +18,11 @@ import torch
 
 from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
+from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
 from decent.models.registry import MODELS
 from decent.network.faults import ATTACK_SALT, fault_seed
+from decent.network.membership import RoundMembers
 from decent.platform.compute import ComputeClock
 from decent.platform.config import RunConfig
 from decent.platform.plan import RunPlan, build_plan
@@ -135,16 +137,19 @@ class ClientGroup:
         self.probe.state = self.strategy.init_eval_state(self.probe, self.shared)
 
     def run_phase(
-        self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]]
+        self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]],
+        members: RoundMembers | None = None,
     ) -> tuple[list[Message], dict[int, float]]:
-        """Run ``phase`` (position ``step`` in the round) for every hosted client: their
-        outgoing messages, sized, and each client's compute time in simulated seconds."""
+        """Run ``phase`` (position ``step`` in the round) for every hosted client present
+        this round: their outgoing messages, sized, and each one's compute time in
+        simulated seconds."""
         ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
-                           self.shared)
-        self.strategy.begin_phase(ctx, [self.clients[c] for c in self.cids])
+                           self.shared, None if members is None else members.known)
+        running = self.present(members)
+        self.strategy.begin_phase(ctx, [self.clients[c] for c in running])
         outgoing: list[Message] = []
         compute: dict[int, float] = {}
-        for cid in self.cids:
+        for cid in running:
             client = self.clients[cid]
             client.steps = 0
             started = time.perf_counter()
@@ -167,6 +172,19 @@ class ClientGroup:
             outgoing.extend(sent)
         return outgoing, compute
 
+    def present(self, members: RoundMembers | None) -> list[int]:
+        """The hosted clients that take part (all of them without churn), in id order."""
+        return self.cids if members is None else [c for c in self.cids
+                                                   if c in members.present]
+
+    def vectors(self, cids: list[int]) -> dict[int, np.ndarray]:
+        return {cid: self.strategy.state_vector(self.clients[cid]) for cid in cids}
+
+    def bootstrap(self, cid: int, vector: np.ndarray) -> None:
+        client = self.clients[cid]
+        with own_rng(client):
+            self.strategy.bootstrap(client, vector, self.shared)
+
     def pop_stats(self) -> dict[int, dict[str, Stat]]:
         """Per-client statistics the strategy recorded since the last call."""
         out = {}
@@ -175,20 +193,21 @@ class ClientGroup:
                 out[cid], client.stats = client.stats, {}
         return out
 
-    def param_sum(self) -> np.ndarray:
-        """Σ θ_i over hosted clients in float64, summed in client order."""
+    def param_sum(self, cids: list[int] | None = None) -> np.ndarray | None:
+        """Σ θ_i over the hosted clients ``cids`` (default: all) in float64, summed in
+        client order; None if there are none."""
         total = None
-        for cid in self.cids:
+        for cid in self.cids if cids is None else cids:
             vec = self.strategy.state_vector(self.clients[cid])
             total = vec if total is None else total + vec
-        assert total is not None
         return total
 
-    def evaluate(self, mean: np.ndarray, gmp: bool, per_client: bool) -> dict[str, Any]:
+    def evaluate(self, mean: np.ndarray, gmp: bool, per_client: bool,
+                 cids: list[int] | None = None) -> dict[str, Any]:
         """Squared distance of each client to the mean model, each client's test metrics
         (if ``per_client``) and the test metrics of the mean model itself (if ``gmp``)."""
         out: dict[str, Any] = {"sq_dist": {}, "client": {}}
-        for cid in self.cids:
+        for cid in self.cids if cids is None else cids:
             client = self.clients[cid]
             out["sq_dist"][cid] = float(np.sum((self.strategy.state_vector(client) - mean) ** 2))
             if per_client:
@@ -200,3 +219,51 @@ class ClientGroup:
 
     def client_vectors(self) -> dict[int, np.ndarray]:
         return {cid: self.strategy.state_vector(c) for cid, c in self.clients.items()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def private_tensors(self, client: Client) -> dict[str, torch.Tensor]:
+        """The client's own model tensors: everything not shared with the process's base
+        model (frozen weights are stored once, by the process, when they can change)."""
+        shared = {t.data_ptr() for t in self.base_model.state_dict().values()}
+        return {name: t for name, t in client.model.state_dict().items()
+                if t.data_ptr() not in shared}
+
+    def save_clients(self) -> dict[int, dict[str, Any]]:
+        """Everything each hosted client needs to continue bit-identically."""
+        out = {}
+        for cid, client in self.clients.items():
+            out[cid] = {
+                "model": capture(self.private_tensors(client)),
+                "state": capture(client.state),
+                "generator": client.generator.get_state(),
+                "rng_states": capture(client.rng_states),
+                "attack": capture(self.attacks[cid]) if cid in self.attacks else None,
+            }
+        return out
+
+    def save_process(self) -> dict[str, Any]:
+        """What the hosted clients share: the strategy's per-process object and, when the
+        strategy changes them during a run, the shared frozen weights."""
+        saved: dict[str, Any] = {"shared": capture(self.shared)}
+        if self.strategy.shared_weights_change():
+            frozen = {name: p for name, p in self.base_model.named_parameters()
+                      if not p.requires_grad}
+            saved["base"] = capture(frozen)
+        return saved
+
+    def load(self, clients: dict[int, dict[str, Any]], process: dict[str, Any]) -> None:
+        if "base" in process:
+            live = dict(self.base_model.named_parameters())
+            for name, value in process["base"].items():
+                restore(live[name], value, self.device)
+        self.shared = restore(self.shared, process["shared"], self.device)
+        for cid, saved in clients.items():  # a client lost for real has no saved state
+            client = self.clients[cid]
+            private = self.private_tensors(client)
+            for name, value in saved["model"].items():
+                restore(private[name], value, self.device)
+            client.state = restore(client.state, saved["state"], self.device)
+            client.generator.set_state(saved["generator"])
+            client.rng_states = restore({}, saved["rng_states"])
+            if saved["attack"] is not None:
+                restore(self.attacks[cid], saved["attack"], self.device)

@@ -4,12 +4,15 @@ on Ray; used by algorithm tests and small experiments."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from decent.core.messages import messages_to
 from decent.core.stats import Stat
 from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
-from decent.platform.evaluation import combine, mean_model
+from decent.platform.evaluation import combine, joiners, mean_model
 from decent.platform.group import ClientGroup, resolve_device
 from decent.platform.plan import RunPlan, build_plan
 
@@ -21,18 +24,47 @@ class LocalBackend:
         self.group = ClientGroup(cfg, list(range(cfg.n)), resolve_device(cfg), plan)
         self.strategy = self.group.strategy
         self.router = Router(plan.topology, self.strategy.name, plan.network, plan.wire_faults)
+        self.membership = plan.membership
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
+        members = None if self.membership is None else self.membership.at(round_)
+        self.router.begin_round(None if members is None else members.present)
+        for joiner, givers in joiners(self.group.topology, round_, members):
+            vectors = self.group.vectors(givers)
+            mean = mean_model([vectors[g] for g in givers], len(givers))
+            self.group.bootstrap(joiner, mean)
+            for giver in givers:  # each sends its model: counted like any message
+                self.router.account(giver, joiner, 4 * mean.size)
         for step, phase in enumerate(self.strategy.phases(round_)):
             inboxes = self.router.take(self.group.cids)
-            outgoing, compute = self.group.run_phase(round_, step, phase, inboxes)
+            outgoing, compute = self.group.run_phase(round_, step, phase, inboxes, members)
             self.router.post(round_, phase, outgoing, compute)
             self.router.advance()
         return self.group.pop_stats(), self.router.end_round()
 
-    def evaluate(self, per_client: bool) -> dict[str, float]:
-        mean = mean_model([self.group.param_sum()], self.cfg.n)
-        return combine([self.group.evaluate(mean, gmp=True, per_client=per_client)])
+    def present(self, round_: int) -> list[int] | None:
+        """The clients whose state the round's metrics cover (None: all)."""
+        return None if self.membership is None else sorted(self.membership.at(round_).present)
+
+    def evaluate(self, per_client: bool, present: list[int] | None = None) -> dict[str, float]:
+        cids = self.group.cids if present is None else sorted(present)
+        mean = mean_model([self.group.param_sum(cids)], len(cids))
+        return combine([self.group.evaluate(mean, gmp=True, per_client=per_client,
+                                            cids=cids)])
+
+    def save_state(self) -> dict[str, Any]:
+        router = self.router.save()
+        router["ready"] = messages_to(router["ready"], "cpu")
+        router["later"] = messages_to(router["later"], "cpu")
+        return {"clients": self.group.save_clients(), "process": self.group.save_process(),
+                "router": router}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.group.load(state["clients"], state["process"])
+        router = dict(state["router"])
+        router["ready"] = messages_to(router["ready"], self.group.device)
+        router["later"] = messages_to(router["later"], self.group.device)
+        self.router.load(router)
 
     def client_vectors(self) -> dict[int, np.ndarray]:
         return self.group.client_vectors()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decent.core.errors import ConfigError
 from decent.network.faults import WireFaults, byzantine_clients
+from decent.network.membership import Membership
 from decent.network.timing import Network
 from decent.platform.config import RunConfig
 from decent.strategies.base import Strategy
@@ -24,6 +26,7 @@ class RunPlan:
     network: Network
     wire_faults: WireFaults | None  # None: a clean wire
     byzantine: list[int]  # clients whose outgoing payloads are attacked
+    membership: Membership | None  # None: every client, every round
 
 
 def build_plan(cfg: RunConfig) -> RunPlan:
@@ -32,4 +35,20 @@ def build_plan(cfg: RunConfig) -> RunPlan:
     faults = cfg.faults
     wire = WireFaults(faults, cfg.n, cfg.seed) if faults.on_the_wire else None
     byzantine = byzantine_clients(faults, cfg.seed, strategy.data_holders())
-    return RunPlan(topology, strategy, Network(cfg.network, cfg.n, cfg.seed), wire, byzantine)
+    membership = None
+    if cfg.churn.active:
+        membership = Membership.plan(cfg.churn, cfg.n, cfg.rounds, cfg.seed)
+        for r, members in enumerate(membership.rounds):
+            for client, kind in members.departed:
+                check_churn(strategy, client, kind, r)
+    return RunPlan(topology, strategy, Network(cfg.network, cfg.n, cfg.seed), wire, byzantine,
+                   membership)
+
+
+def check_churn(strategy: Strategy, client: int, kind: str, round_: int) -> None:
+    """One line if the method cannot go on without ``client``."""
+    problem = strategy.churn_problem(client, kind)
+    if problem is not None:
+        verb = {"leave": "leaves", "crash": "crashes"}.get(kind, kind)
+        raise ConfigError("churn", f"client {client} {verb} at round {round_}, but strategy "
+                          f"'{strategy.name}' cannot run with clients leaving: {problem}")

@@ -41,9 +41,36 @@ class RunDir:
         self.run_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         self.final = self.out_dir / self.run_id
         self.path = self.out_dir / f".{self.run_id}.partial"
+        self.resumed = False
+
+    @classmethod
+    def existing(cls, path: Path) -> RunDir:
+        """The unfinished run in ``path`` (``.<id>.partial`` of a run that was killed,
+        ``<id>.failed`` of one that raised), to continue; one line for anything else."""
+        path = path.expanduser()
+        if not path.is_dir():
+            raise ConfigError("run_dir", f"{path} is not a directory")
+        if not (path / "config.yaml").is_file():
+            raise ConfigError("run_dir", f"{path} is not a run directory (no config.yaml)")
+        name = path.name
+        if name.startswith(".") and name.endswith(".partial"):
+            run_id = name[1:-len(".partial")]
+        elif name.endswith(".failed"):
+            run_id = name[:-len(".failed")]
+        else:
+            raise ConfigError("run_dir", f"{path} is a finished run; there is nothing to "
+                              "resume")
+        rd = cls.__new__(cls)
+        rd.out_dir, rd.run_id, rd.path = path.parent, run_id, path
+        rd.final = path.parent / run_id
+        rd.resumed = True
+        if rd.final.exists():
+            raise ConfigError("run_dir", f"{rd.final} already exists; move it away to resume "
+                              f"{path}")
+        return rd
 
     def __enter__(self) -> RunDir:
-        self.path.mkdir(parents=True)
+        self.path.mkdir(parents=True, exist_ok=self.path.is_dir() and self.resumed)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -6,6 +6,7 @@ loaded, actors started), and only then is the run directory created."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +15,11 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from decent.core.errors import ConfigError
+from decent.core.errors import ActorLost, ConfigError
 from decent.core.stats import Stat, reduce_stats
 from decent.network.router import RoundTraffic
-from decent.platform.config import RunConfig, to_yaml
+from decent.platform import checkpoint
+from decent.platform.config import RunConfig, load_config, to_yaml
 from decent.platform.evaluation import evaluated_metrics, lower_is_better
 from decent.platform.plan import RunPlan, build_plan
 from decent.platform.rundir import RunDir, check_out_dir
@@ -28,7 +30,11 @@ class Backend(Protocol):
     max_edge_bytes_total: int
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
-    def evaluate(self, per_client: bool) -> dict[str, float]: ...
+    def present(self, round_: int) -> list[int] | None: ...
+    def evaluate(self, per_client: bool, present: list[int] | None = None
+                 ) -> dict[str, float]: ...
+    def save_state(self) -> dict[str, Any]: ...
+    def load_state(self, state: dict[str, Any]) -> None: ...
     def client_vectors(self) -> dict[int, np.ndarray]: ...
     def close(self) -> None: ...
 
@@ -95,66 +101,153 @@ def eval_due(cfg: RunConfig, round_: int) -> bool:
     return last or (cfg.eval.every > 0 and (round_ + 1) % cfg.eval.every == 0)
 
 
+class Slot:
+    """The backend in use: replaced when a run restarts from its checkpoint."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def close(self) -> None:
+        self.backend.close()
+
+
 def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     plan = check(cfg)
-    backend = backend or make_backend(cfg, plan)
+    slot = Slot(backend or make_backend(cfg, plan))
     try:
-        return _run(cfg, backend, plan)
+        with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
+            rd.write_text("config.yaml", to_yaml(cfg))
+            return _rounds(cfg, slot, plan, rd, start=0, rows=[], wandb_id=None)
     finally:
-        backend.close()
+        slot.close()
 
 
-def _run(cfg: RunConfig, backend: Backend, plan: RunPlan) -> RunResult:
-    rows: list[dict[str, Any]] = []
-    with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
-        rd.write_text("config.yaml", to_yaml(cfg))
-        tracker = Tracker(cfg, rd.path, rd.run_id)
-        summary: dict[str, Any] | None = None
+def resume(run_dir: str | Path, backend: Backend | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its last checkpoint: its metrics and final
+    state are those of the run had it never stopped."""
+    rd = RunDir.existing(Path(run_dir))
+    info = checkpoint.pointer(rd.path)
+    cfg = load_config(rd.path / "config.yaml")
+    plan = check(cfg)
+    slot = Slot(backend or make_backend(cfg, plan))
+    try:
+        rows = rewind(rd, slot.backend, info)
+        with rd:
+            return _rounds(cfg, slot, plan, rd, start=info["round"], rows=rows,
+                           wandb_id=info.get("wandb_id"))
+    finally:
+        slot.close()
+
+
+def rewind(rd: RunDir, backend: Backend, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Load the checkpoint ``info`` into ``backend``; the rows up to it (those logged
+    after it, before the run stopped, are dropped: they are run again)."""
+    backend.load_state(checkpoint.read(rd.path, info))
+    rows = [row for row in read_rows(rd.path / "metrics.jsonl") if row["round"] < info["round"]]
+    rd.write_text("metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return rows
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
         try:
-            bytes_total, sim_total, started = 0, 0.0, time.perf_counter()
-            bar = tqdm(range(cfg.rounds), desc=cfg.name, disable=not cfg.tracking.progress,
-                       unit="round", dynamic_ncols=True)
-            for r in bar:
-                t0 = time.perf_counter()
+            rows.append(json.loads(line))
+        except ValueError:  # a line cut short when the run was killed
+            break
+    return rows
+
+
+def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
+            rows: list[dict[str, Any]], wandb_id: str | None) -> RunResult:
+    rows = list(rows)
+    tracker = Tracker(cfg, rd.path, rd.run_id, wandb_id)
+    summary: dict[str, Any] | None = None
+    every = cfg.checkpoint.every
+    restarts = 0
+    try:
+        started = time.perf_counter()
+        bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
+                   disable=not cfg.tracking.progress, dynamic_ncols=True)
+        r = start
+        while r < cfg.rounds:
+            backend = slot.backend
+            bytes_total = rows[-1]["bytes_total"] if rows else 0
+            sim_total = rows[-1]["sim_time_total_s"] if rows else 0.0
+            t0 = time.perf_counter()
+            try:
                 stats, traffic = backend.run_round(r)
-                wall = time.perf_counter() - t0
-                bytes_total += traffic.bytes
-                sim_total += traffic.sim_time_s
-                row: dict[str, Any] = {
-                    "round": r,
-                    **reduce_stats(stats),
-                    "bytes": traffic.bytes,
-                    "bytes_total": bytes_total,
-                    "messages": traffic.messages,
-                    "max_edge_bytes": traffic.max_edge_bytes,
-                    "max_edge_bytes_total": backend.max_edge_bytes_total,
-                    "sim_time_s": traffic.sim_time_s,
-                    "sim_compute_s": traffic.sim_compute_s,
-                    "sim_comm_s": traffic.sim_comm_s,
-                    "sim_time_total_s": sim_total,
-                    "wall_s": wall,
-                }
-                if cfg.faults.on_the_wire:
-                    row.update(dropped_messages=traffic.dropped_messages,
-                               delayed_messages=traffic.delayed_messages,
-                               partitioned_messages=traffic.partitioned_messages)
-                if eval_due(cfg, r):
-                    row.update(backend.evaluate(cfg.eval.per_client))
-                rows.append(row)
-                tracker.log(row)
-                shown = ("loss", "gmp_accuracy", "gmp_perplexity")
-                bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
-            summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
+            except ActorLost as lost:
+                restarts += 1
+                if restarts > cfg.ray.max_restarts:
+                    raise ConfigError("ray.max_restarts", f"{lost}; restarted "
+                                      f"{cfg.ray.max_restarts} times already") from None
+                slot.backend.close()
+                slot.backend = make_backend(cfg, plan)
+                # no checkpoint yet: from the start
+                info = checkpoint.pointer(rd.path) if (rd.path / checkpoint.POINTER).is_file() \
+                    else None
+                if info:
+                    rows = rewind(rd, slot.backend, info)
+                else:
+                    rows = []
+                    rd.write_text("metrics.jsonl", "")
+                tracker.reopen()
+                r = info["round"] if info else 0
+                bar.n = r
+                continue
+            wall = time.perf_counter() - t0
+            bytes_total += traffic.bytes
+            sim_total += traffic.sim_time_s
+            row: dict[str, Any] = {
+                "round": r,
+                **reduce_stats(stats),
+                "bytes": traffic.bytes,
+                "bytes_total": bytes_total,
+                "messages": traffic.messages,
+                "max_edge_bytes": traffic.max_edge_bytes,
+                "max_edge_bytes_total": backend.max_edge_bytes_total,
+                "sim_time_s": traffic.sim_time_s,
+                "sim_compute_s": traffic.sim_compute_s,
+                "sim_comm_s": traffic.sim_comm_s,
+                "sim_time_total_s": sim_total,
+                "wall_s": wall,
+            }
             if cfg.faults.on_the_wire:
-                for key in ("dropped_messages", "delayed_messages", "partitioned_messages"):
-                    summary[f"{key}_total"] = sum(r[key] for r in rows)
-            if plan.byzantine:
-                summary["byzantine_clients"] = plan.byzantine
-                summary["attack"] = cfg.faults.attack.name
-            rd.write_json("summary.json", summary)
-        finally:
-            tracker.close(summary)
-    return RunResult(rd.path, summary, rows)
+                row.update(dropped_messages=traffic.dropped_messages,
+                           delayed_messages=traffic.delayed_messages,
+                           partitioned_messages=traffic.partitioned_messages)
+            present = backend.present(r)
+            if present is not None:
+                row.update(live_clients=len(present),
+                           undeliverable_messages=traffic.undeliverable_messages)
+            if eval_due(cfg, r):
+                row.update(backend.evaluate(cfg.eval.per_client, present))
+            rows.append(row)
+            tracker.log(row)
+            if every and (r + 1) % every == 0 and r + 1 < cfg.rounds:
+                checkpoint.write(rd.path, r + 1, backend.save_state(),
+                                 {"wandb_id": tracker.wandb_id})
+            shown = ("loss", "gmp_accuracy", "gmp_perplexity")
+            bar.update(1)
+            bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
+            r += 1
+        bar.close()
+        summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
+        if cfg.faults.on_the_wire:
+            for key in ("dropped_messages", "delayed_messages", "partitioned_messages"):
+                summary[f"{key}_total"] = sum(r[key] for r in rows)
+        if "live_clients" in rows[-1]:
+            summary["live_clients"] = rows[-1]["live_clients"]
+            summary["undeliverable_messages_total"] = sum(
+                r.get("undeliverable_messages", 0) for r in rows)
+        if plan.byzantine:
+            summary["byzantine_clients"] = plan.byzantine
+            summary["attack"] = cfg.faults.attack.name
+        rd.write_json("summary.json", summary)
+    finally:
+        tracker.close(summary)
+    return RunResult(rd.final, summary, rows)
 
 
 def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: str) -> dict:

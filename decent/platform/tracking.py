@@ -13,7 +13,8 @@ from decent.platform.config import RunConfig, to_dict
 
 
 class Tracker:
-    def __init__(self, cfg: RunConfig, run_dir: Path, run_id: str) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, run_id: str,
+                 resume_id: str | None = None) -> None:
         self.metrics = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.wandb = None
         wb = cfg.tracking.wandb
@@ -23,10 +24,22 @@ class Tracker:
             self.wandb = wandb.init(
                 project=wb.project, entity=wb.entity, group=wb.group, name=run_id,
                 config=to_dict(cfg), mode=wb.mode, dir=str(run_dir), reinit="finish_previous",
+                # a resumed run continues the W&B run it checkpointed
+                id=resume_id, resume="allow" if resume_id else None,
                 # wandb's own closing lines would name the temporary run directory; the
                 # CLI prints the final path instead
                 settings=wandb.Settings(silent=True, console="off"),
             )
+
+    def reopen(self) -> None:
+        """Continue ``metrics.jsonl`` as it is now on disk (after a rewind rewrote it)."""
+        path = Path(self.metrics.name)
+        self.metrics.close()
+        self.metrics = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    @property
+    def wandb_id(self) -> str | None:
+        return None if self.wandb is None else self.wandb.id
 
     def log(self, row: dict[str, Any]) -> None:
         self.metrics.write(json.dumps(row, sort_keys=True) + "\n")

@@ -75,7 +75,9 @@ class PhaseContext:
     """What a client may know about the current phase.
 
     ``step`` is the phase's position in the round's phase list (0 for the first);
-    ``shared`` is what :meth:`Strategy.init_process` returned in this process."""
+    ``shared`` is what :meth:`Strategy.init_process` returned in this process; ``alive``
+    the clients believed to take part in this round (all of them without churn; a client
+    that crashed this round is still listed: its messages come back undeliverable)."""
 
     round: int
     phase: str
@@ -83,6 +85,7 @@ class PhaseContext:
     graph: RoundGraph
     task: Task
     shared: Any = None
+    alive: frozenset[int] | None = None  # None: every client
 
 
 class Frozen(type):
@@ -146,6 +149,23 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         is the model's trainable parameters)."""
         return None
 
+    def churn_problem(self, client: int, kind: str) -> str | None:
+        """Why this method cannot go on when ``client`` leaves or crashes (``kind``), or
+        None if it can. The run is refused before it starts (or stopped, for a real
+        crash) with this reason, never left to hang or to compute something wrong."""
+        return None
+
+    def bootstrap(self, client: Client[StateT], vector: np.ndarray, shared: Any) -> None:
+        """A client that joins: start from ``vector`` (the mean of its present
+        neighbours' models), with a fresh state."""
+        self.load_state_vector(client, vector)
+        client.state = self.init_state(client, shared)
+
+    def shared_weights_change(self) -> bool:
+        """True if this strategy writes the frozen weights its clients share in a process
+        (SeedFlood folds its subspace into them): a checkpoint must then store them."""
+        return False
+
     def begin_phase(self, ctx: PhaseContext, clients: Sequence[Client[StateT]]) -> None:
         """Work shared by the clients hosted in one process, before they run ``ctx.phase``
         (e.g. refreshing a subspace held once per process)."""
@@ -163,6 +183,8 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     @staticmethod
     def to_neighbours(client: Client[Any], ctx: PhaseContext, tag: str,
                       payload: Any, meta: tuple[int, ...] = ()) -> list[Message]:
-        """The same payload to every neighbour of ``client`` this round, in id order."""
+        """The same payload to every neighbour of ``client`` this round believed alive, in
+        id order."""
         return [Message(client.cid, j, tag, payload, meta=meta)
-                for j in ctx.graph.neighbors[client.cid]]
+                for j in ctx.graph.neighbors[client.cid]
+                if ctx.alive is None or j in ctx.alive]

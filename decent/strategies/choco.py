@@ -83,6 +83,10 @@ class ChocoSGD(Strategy[ChocoState]):
                           public=params.snapshot(client.model),
                           mixed=params.snapshot(client.model))
 
+    def churn_problem(self, client: int, kind: str) -> str | None:
+        return ("every client keeps its neighbours' public copies in step with the "
+                "increments they send: one that leaves stops them for good")
+
     def local(self, client: Client[ChocoState], inbox: list[Message],
               ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg

@@ -109,6 +109,11 @@ class FedAvg(Strategy[FedAvgState]):
             wire = delta
         return [Message(client.cid, SERVER, "delta", wire)]
 
+    def churn_problem(self, client: int, kind: str) -> str | None:
+        if client == SERVER:
+            return "the server (client 0) holds the global model; workers may come and go"
+        return None
+
     def aggregate(self, client: Client[FedAvgState], inbox: list[Message],
                   ctx: PhaseContext) -> list[Message]:
         if client.cid != SERVER:

@@ -23,7 +23,7 @@ def newest_per_neighbour(client: Client[Any], inbox: list[Message], ctx: PhaseCo
     neighbours = set(ctx.graph.neighbors[client.cid])
     newest: dict[int, Message] = {}
     for msg in inbox:  # sorted by (source, phase sent): the last per source is the newest
-        if msg.src in neighbours and (tag is None or msg.tag == tag):
+        if msg.src in neighbours and not msg.undeliverable and (tag is None or msg.tag == tag):
             newest[msg.src] = msg
     return newest
 

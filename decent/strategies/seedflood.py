@@ -139,6 +139,13 @@ class SeedFlood(Strategy[SeedFloodState]):
         estimator.prepare_base(model)
         return SeedFloodProcess(estimator)
 
+    def churn_problem(self, client: int, kind: str) -> str | None:
+        return ("flooding relays every update over a fixed graph of known diameter, and "
+                "applies each exactly once: a missing relay leaves replicas apart for good")
+
+    def shared_weights_change(self) -> bool:
+        return self.cfg.estimator == "subcge" and self.cfg.refresh_every > 0
+
     def init_state(self, client: Client[SeedFloodState],
                    shared: SeedFloodProcess) -> SeedFloodState:
         return SeedFloodState(replica=shared.estimator.init_replica(client.model))

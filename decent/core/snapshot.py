@@ -1,0 +1,95 @@
+"""Saving and restoring live objects (a client's typed state, a process's shared object)
+for checkpoints, without breaking what they share with the model.
+
+:func:`capture` turns a value into a picklable copy: tensors are cloned to the CPU,
+optimisers become their ``state_dict``, generators their state, dataclasses and plain
+objects a mapping of their fields. :func:`restore` writes a captured value back *into*
+a freshly built object of the same shape: tensors with ``copy_``, optimisers with
+``load_state_dict``, fields one by one. Restoring in place keeps the aliasing a fresh
+build sets up — an optimiser that holds the model's parameters, a replica state whose
+1-D tensors *are* the model's — which a plain unpickle would cut.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+OPTIMIZER, GENERATOR, OBJECT, DATACLASS, TENSOR = (
+    "__optimizer__", "__generator__", "__object__", "__dataclass__", "__tensor__")
+
+
+def capture(value: Any) -> Any:
+    """A picklable, CPU-resident copy of ``value`` that :func:`restore` understands."""
+    if isinstance(value, torch.Tensor):
+        return {TENSOR: value.detach().to("cpu", copy=True)}
+    if isinstance(value, torch.optim.Optimizer):
+        return {OPTIMIZER: capture(value.state_dict())}
+    if isinstance(value, torch.Generator):
+        return {GENERATOR: value.get_state()}
+    if isinstance(value, torch.nn.Module):
+        raise TypeError("a model inside a strategy's state cannot be checkpointed: keep "
+                        "tensors or optimisers there")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {DATACLASS: (type(value), {f.name: capture(getattr(value, f.name))
+                                          for f in dataclasses.fields(value)})}
+    if isinstance(value, dict):
+        return {k: capture(v) for k, v in value.items()}
+    if isinstance(value, deque):
+        return deque((capture(v) for v in value), maxlen=value.maxlen)
+    if isinstance(value, (list, tuple)):
+        return type(value)(capture(v) for v in value)
+    if isinstance(value, (set, frozenset, np.ndarray, str, bytes, int, float, bool,
+                          type(None))):
+        return copy.deepcopy(value)
+    if hasattr(value, "__dict__"):
+        return {OBJECT: (type(value), {k: capture(v) for k, v in vars(value).items()})}
+    return copy.deepcopy(value)
+
+
+def _is(saved: Any, tag: str) -> bool:
+    return isinstance(saved, dict) and len(saved) == 1 and tag in saved
+
+
+@torch.no_grad()
+def restore(fresh: Any, saved: Any, device: torch.device | str = "cpu") -> Any:
+    """``saved`` (from :func:`capture`) written into ``fresh`` where shapes agree; the
+    value to keep (``fresh`` itself when restored in place)."""
+    if _is(saved, TENSOR):
+        tensor = saved[TENSOR]
+        if isinstance(fresh, torch.Tensor) and fresh.shape == tensor.shape \
+                and fresh.dtype == tensor.dtype:
+            fresh.copy_(tensor)
+            return fresh
+        return tensor.to(device)
+    if _is(saved, OPTIMIZER):
+        fresh.load_state_dict(restore(None, saved[OPTIMIZER], device))
+        return fresh
+    if _is(saved, GENERATOR):
+        gen = fresh if isinstance(fresh, torch.Generator) else torch.Generator()
+        gen.set_state(saved[GENERATOR])
+        return gen
+    if _is(saved, DATACLASS) or _is(saved, OBJECT):
+        cls, fields = saved[DATACLASS] if DATACLASS in saved else saved[OBJECT]
+        # into the fresh object when there is one (it may be aliased), else a new one;
+        # object.__setattr__ also fills frozen dataclasses
+        target = fresh if type(fresh) is cls else cls.__new__(cls)
+        for name, value in fields.items():
+            object.__setattr__(target, name, restore(getattr(target, name, None), value,
+                                                     device))
+        return target
+    if isinstance(saved, dict):
+        old = fresh if isinstance(fresh, dict) else {}
+        return {k: restore(old.get(k), v, device) for k, v in saved.items()}
+    if isinstance(saved, deque):
+        return deque((restore(None, v, device) for v in saved), maxlen=saved.maxlen)
+    if isinstance(saved, (list, tuple)):
+        old = fresh if isinstance(fresh, (list, tuple)) and len(fresh) == len(saved) \
+            else [None] * len(saved)
+        return type(saved)(restore(f, v, device) for f, v in zip(old, saved, strict=True))
+    return saved
