@@ -30,6 +30,29 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from decent.platform.sweep import sweep
+
+    index = sweep(args.config, args.grid or [], args.seeds, args.overrides, args.parallel,
+                  args.dir)
+    counts: dict[str, int] = {}
+    for trial in index["trials"]:
+        counts[trial["status"]] = counts.get(trial["status"], 0) + 1
+    print(f"sweep: {len(index['trials'])} trials, "
+          + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    print(f"sweep directory: {index['dir']}")
+    return 0 if counts.get("failed", 0) == 0 else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from decent.platform.report import report as make_report
+
+    by = None if args.by is None else [k for k in args.by.split(",") if k]
+    folder = make_report(args.paths, args.metric, by, args.out)
+    print(f"report: {folder / 'report.md'}")
+    return 0
+
+
 def report(result: Any) -> None:
     print(format_summary(result.summary))
     print(f"run directory: {result.run_dir}")
@@ -115,6 +138,23 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="YAML config file (e.g. experiments/quickstart.yaml)")
     r.add_argument("overrides", nargs="*", help="key=value overrides, e.g. strategy.lr=0.1")
     r.set_defaults(func=_run)
+    w = sub.add_parser("sweep", help="run a grid of configs × seeds on Ray Tune")
+    w.add_argument("config", help="YAML config file (its sweep: section adds to --grid)")
+    w.add_argument("overrides", nargs="*", help="key=value overrides for every trial")
+    w.add_argument("--grid", nargs="+", metavar="KEY=V1,V2",
+                   help="values to combine, e.g. strategy.lr=0.1,0.01 topology.n=16,32")
+    w.add_argument("--seeds", type=int, help="seeds per combination (seed, seed+1, ...)")
+    w.add_argument("--parallel", type=int, help="at most this many trials at a time")
+    w.add_argument("--dir", help="sweep directory (default: <out_dir>/<name>-sweep); "
+                   "the same directory again continues the sweep")
+    w.set_defaults(func=_sweep)
+    o = sub.add_parser("report", help="a table and plots from finished runs or sweeps")
+    o.add_argument("paths", nargs="+", help="run or sweep directories (searched recursively)")
+    o.add_argument("--metric", default="gmp_accuracy", help="summary metric to compare")
+    o.add_argument("--by", help="config keys to group by, comma-separated (default: the "
+                   "keys that differ between the runs)")
+    o.add_argument("--out", help="output folder (default: <path>/report)")
+    o.set_defaults(func=_report)
     c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")
     c.add_argument("run_dir", help="the run's directory (runs/.<id>.partial or <id>.failed)")
     c.set_defaults(func=_resume)

@@ -21,7 +21,16 @@ from omegaconf.errors import OmegaConfBaseException
 
 from decent.core.errors import ConfigError
 from decent.core.registry import config_error
-from decent.core.schema import at_least, number, one_of, seed_field, text, validate_fields
+from decent.core.schema import (
+    CHECK,
+    Check,
+    at_least,
+    number,
+    one_of,
+    seed_field,
+    text,
+    validate_fields,
+)
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
@@ -90,6 +99,21 @@ class TrackingConfig:
 
 
 @dataclass
+class SweepConfig:
+    """What ``decent sweep`` runs from this file (``decent run`` ignores it)."""
+
+    # dotted key → values, e.g. {strategy.lr: [0.1, 0.01], topology.n: [16, 32]}
+    grid: dict[str, Any] = field(default_factory=dict, metadata={CHECK: Check()})
+    seeds: int = at_least(1, 1)
+    parallel: int | None = at_least(1, None, nullable=True)  # None: as resources allow
+
+    def validate(self, prefix: str) -> None:
+        for key, values in self.grid.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{prefix}.grid.{key}", "must be a non-empty list of values")
+
+
+@dataclass
 class RunConfig:
     name: str = text("run", nullable=False)
     seed: int = seed_field(0)
@@ -107,6 +131,7 @@ class RunConfig:
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

@@ -42,6 +42,9 @@ class LocalBackend:
             self.router.advance()
         return self.group.pop_stats(), self.router.end_round()
 
+    def edge_bytes_total(self) -> dict[tuple[int, int], int]:
+        return dict(self.router.total_edge_bytes)
+
     def present(self, round_: int) -> list[int] | None:
         """The clients whose state the round's metrics cover (None: all)."""
         return None if self.membership is None else sorted(self.membership.at(round_).present)

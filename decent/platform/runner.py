@@ -31,6 +31,7 @@ class Backend(Protocol):
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
     def present(self, round_: int) -> list[int] | None: ...
+    def edge_bytes_total(self) -> dict[tuple[int, int], int]: ...
     def evaluate(self, per_client: bool, present: list[int] | None = None
                  ) -> dict[str, float]: ...
     def save_state(self) -> dict[str, Any]: ...
@@ -244,6 +245,9 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
         if plan.byzantine:
             summary["byzantine_clients"] = plan.byzantine
             summary["attack"] = cfg.faults.attack.name
+        # bytes per directed edge over the run, for `decent report`'s heat map
+        rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
+                                     sorted(slot.backend.edge_bytes_total().items())})
         rd.write_json("summary.json", summary)
     finally:
         tracker.close(summary)

@@ -140,6 +140,9 @@ class RayBackend:
                                               self.cfg.seed)
         self.membership.crash(clients, round_)
 
+    def edge_bytes_total(self) -> dict[tuple[int, int], int]:
+        return ray.get(self.coordinator.edge_bytes_total.remote())
+
     def present(self, round_: int) -> list[int] | None:
         """The clients whose state the round's metrics cover (None: all)."""
         if self.membership is None:

@@ -26,6 +26,9 @@ class Coordinator:
         plan = build_plan(cfg)
         self.router = Router(plan.topology, cfg.strategy.name, plan.network, plan.wire_faults)
 
+    def edge_bytes_total(self) -> dict[tuple[int, int], int]:
+        return dict(self.router.total_edge_bytes)
+
     def begin_round(self, present: frozenset[int] | None) -> None:
         self.router.begin_round(present)
 

@@ -1,0 +1,232 @@
+"""`decent report`: a Markdown table and plots from finished runs (or sweeps of them).
+
+Runs are grouped by the config keys given with ``--by`` (default: every key whose value
+differs between the runs, seeds and names aside); each group's seeds are summarised as
+mean ± standard deviation (sample std, n − 1). Everything is read from the run
+directories' ``config.yaml``, ``summary.json``, ``metrics.jsonl`` and ``edges.json``, so a
+report can be rebuilt from committed runs without their weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decent.core.errors import ConfigError
+from decent.platform.evaluation import lower_is_better
+
+IGNORED = ("name", "seed", "tracking.", "sweep.", "ray.")
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]  # flattened: "strategy.lr" → 0.1
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def find_runs(paths: list[str]) -> list[Run]:
+    runs = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise ConfigError("paths", f"{root} does not exist")
+        candidates = [root] if (root / "summary.json").is_file() else \
+            sorted(p.parent for p in root.rglob("summary.json"))
+        for path in candidates:
+            if path.name.startswith(".") or not (path / "config.yaml").is_file():
+                continue
+            rows = [json.loads(line) for line in
+                    (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            runs.append(Run(path, flatten(yaml.safe_load((path / "config.yaml").read_text())),
+                            json.loads((path / "summary.json").read_text()), rows))
+    if not runs:
+        raise ConfigError("paths", f"no finished run (a folder with summary.json) under "
+                          f"{', '.join(paths)}")
+    return runs
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    keys = sorted({k for r in runs for k in r.config})
+    return [k for k in keys if not k.startswith(IGNORED)
+            and len({json.dumps(r.config.get(k), sort_keys=True) for r in runs}) > 1]
+
+
+def spread(values: list[float], fmt: str = ".4g") -> str:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return format(values[0], fmt)
+    return f"{format(statistics.mean(values), fmt)} ± {format(statistics.stdev(values), fmt)}"
+
+
+def label(keys: list[str], values: tuple) -> str:
+    if not keys:
+        return "all runs"
+    return ", ".join(f"{k.rsplit('.', 1)[-1] if len(keys) > 1 else k}={v}"
+                     for k, v in zip(keys, values, strict=True))
+
+
+def best(run: Run, metric: str) -> float | None:
+    values = [r[metric] for r in run.rows if metric in r]
+    if not values:
+        return None
+    return min(values) if lower_is_better(metric) else max(values)
+
+
+def table(groups: dict[tuple, list[Run]], keys: list[str], metric: str) -> str:
+    head = (f"| {' / '.join(keys) or 'runs'} | seeds | final {metric} | best {metric} | "
+            "bytes sent | busiest edge (bytes) | simulated time (s) | time to target (s) |")
+    lines = [head, "|" + "---|" * 8]
+    for values, runs in groups.items():
+        reached = [r.summary["time_to_target_s"] for r in runs
+                   if r.summary.get("time_to_target_s") is not None]
+        target = "—" if not any("time_to_target_s" in r.summary for r in runs) else \
+            f"{spread(reached, '.3g')} ({len(reached)}/{len(runs)} reached)"
+        lines.append(
+            f"| {label(keys, values)} | {len(runs)} "
+            f"| {spread([r.summary.get(metric) for r in runs])} "
+            f"| {spread([best(r, metric) for r in runs])} "
+            f"| {spread([r.summary['bytes_total'] for r in runs], '.3e')} "
+            f"| {spread([r.summary['max_edge_bytes_total'] for r in runs], '.3e')} "
+            f"| {spread([r.summary['sim_time_total_s'] for r in runs], '.3g')} | {target} |")
+    return "\n".join(lines) + "\n"
+
+
+def curves(runs: list[Run], metric: str, x: str) -> tuple[list[float], list[float], list[float]]:
+    """Mean and std of ``metric`` over the runs at each evaluated round, against ``x``."""
+    by_round: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for run in runs:
+        for row in run.rows:
+            if metric in row:
+                by_round[row["round"]].append((row["round"] + 1 if x == "round" else row[x],
+                                               row[metric]))
+    xs, means, stds = [], [], []
+    for r in sorted(by_round):
+        points = by_round[r]
+        xs.append(statistics.mean(p[0] for p in points))
+        ys = [p[1] for p in points]
+        means.append(statistics.mean(ys))
+        stds.append(statistics.stdev(ys) if len(ys) > 1 else 0.0)
+    return xs, means, stds
+
+
+def plot_metric(groups: dict[tuple, list[Run]], keys: list[str], metric: str, x: str,
+                out: Path, log_x: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for values, runs in groups.items():
+        xs, means, stds = curves(runs, metric, x)
+        if not xs:
+            continue
+        line, = ax.plot(xs, means, marker="o", markersize=3, label=label(keys, values))
+        ax.fill_between(xs, [m - s for m, s in zip(means, stds, strict=True)],
+                        [m + s for m, s in zip(means, stds, strict=True)],
+                        color=line.get_color(), alpha=0.2)
+    names = {"bytes_total": "bytes sent (all edges)", "round": "round",
+             "sim_time_total_s": "simulated time (s)"}
+    ax.set_xlabel(names[x])
+    ax.set_ylabel(f"{metric} (mean ± std over seeds)")
+    if log_x:
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def plot_edges(run: Run, out: Path) -> bool:
+    """The bytes each edge carried over the run, drawn on the graph; False if the run
+    has no per-edge record."""
+    edges_path = run.path / "edges.json"
+    if not edges_path.is_file():
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    per_edge: dict[tuple[int, int], float] = defaultdict(float)
+    for key, nbytes in json.loads(edges_path.read_text()).items():
+        i, j = (int(v) for v in key.split("-"))
+        per_edge[(min(i, j), max(i, j))] += nbytes  # both directions of the link
+    graph = nx.Graph()
+    graph.add_nodes_from(range(int(run.config.get("topology.n", 0))))
+    graph.add_edges_from(per_edge)
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    pos = nx.kamada_kawai_layout(graph) if graph.number_of_nodes() <= 200 else \
+        nx.spring_layout(graph, seed=0)
+    edges = list(per_edge)
+    drawn = nx.draw_networkx_edges(graph, pos, edgelist=edges, ax=ax, width=2.5,
+                                   edge_color=[per_edge[e] for e in edges],
+                                   edge_cmap=plt.cm.viridis, edge_vmin=0.0)
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#444444")
+    fig.colorbar(drawn, ax=ax, label="bytes over the run (both directions)")
+    ax.set_title(f"{run.summary.get('strategy')} on {run.summary.get('topology')}, "
+                 f"{run.path.name}", fontsize=8)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None = None,
+           out: str | None = None) -> Path:
+    runs = find_runs(paths)
+    keys = varying_keys(runs) if by is None else by
+    unknown = [k for k in keys if not any(k in r.config for r in runs)]
+    if unknown:
+        raise ConfigError("--by", f"{unknown[0]!r} is not a config key of these runs "
+                          "(e.g. strategy.name, topology.n)")
+    if not any(metric in r.summary for r in runs):
+        known = sorted({k for r in runs for k, v in r.summary.items()
+                        if isinstance(v, (int, float))})
+        raise ConfigError("--metric", f"{metric!r} is in no run's summary; choose one of: "
+                          f"{', '.join(known)}")
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    for run in sorted(runs, key=lambda r: str(r.path)):
+        groups[tuple(run.config.get(k) for k in keys)].append(run)
+    groups = dict(sorted(groups.items(), key=lambda kv: [str(v) for v in kv[0]]))
+    folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1
+                                    else Path("report"))
+    folder.mkdir(parents=True, exist_ok=True)
+    text = [f"# Report: {metric}\n", f"{len(runs)} runs from {', '.join(paths)}\n",
+            table(groups, keys, metric)]
+    for x, log_x, name in (("bytes_total", True, "vs_bytes"), ("round", False, "vs_rounds"),
+                           ("sim_time_total_s", False, "vs_sim_time")):
+        png = f"{metric}_{name}.png"
+        plot_metric(groups, keys, metric, x, folder / png, log_x)
+        text.append(f"![{metric} {name.replace('_', ' ')}]({png})\n")
+    for k, (values, runs_of) in enumerate(groups.items()):
+        png = f"edges_{k}.png"
+        if plot_edges(runs_of[0], folder / png):
+            text.append(f"![bytes per edge, {label(keys, values)}]({png})\n")
+    (folder / "report.md").write_text("\n".join(text))
+    return folder

@@ -1,0 +1,212 @@
+"""`decent sweep`: every combination of a grid of overrides, × seeds, as Ray Tune trials.
+
+Each trial is an ordinary run (its own run directory, written into the sweep directory);
+the sweep directory holds ``sweep.json``, the index of its trials. Every trial's config
+is built and checked before the first one starts, so a bad grid costs nothing. Running
+the same command again continues the sweep: trials whose run finished are not re-run.
+
+Trials run as Ray Tune trials on the embedded Ray (or the cluster ``ray.address`` /
+``RAY_ADDRESS`` names), as many at a time as their resources allow (``--parallel`` caps
+it): one CPU each (``torch_threads`` of them), and for a run that itself uses
+``backend: ray`` a placement group holding its actors, so its actors are scheduled with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decent.core.errors import ConfigError
+from decent.platform.config import RunConfig, load_config
+
+INDEX = "sweep.json"
+
+
+@dataclass(frozen=True)
+class Trial:
+    key: str  # stable name of the combination: the trial's run name
+    overrides: tuple[str, ...]
+    config: RunConfig
+
+
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    """``key=v1,v2`` command-line items as {key: [v1, v2]}."""
+    grid: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("--grid", f"'{item}' is not key=v1,v2,... (e.g. "
+                              "strategy.lr=0.1,0.01)")
+        parts = [v for v in values.split(",") if v != ""]
+        if not parts:
+            raise ConfigError(f"--grid {key}", "gives no values; list them after '=', "
+                              "separated by commas")
+        grid[key] = parts
+    return grid
+
+
+def value_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
+def expand(path: str, grid: dict[str, list[Any]], seeds: int, overrides: list[str],
+           base_seed: int) -> list[Trial]:
+    """Every trial of the sweep, each config validated (one line naming the grid value
+    that fails)."""
+    if not grid and seeds < 1:
+        raise ConfigError("--grid", "the sweep is empty")
+    keys = sorted(grid)
+    for key in keys:
+        if not grid[key]:
+            raise ConfigError(f"sweep.grid.{key}", "gives no values")
+    trials = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        for s in range(seeds):
+            chosen = [f"{k}={value_text(v)}" for k, v in zip(keys, combo, strict=True)]
+            seed = base_seed + s
+            name = "-".join(slug(f"{k.rsplit('.', 1)[-1]}{value_text(v)}")
+                            for k, v in zip(keys, combo, strict=True))
+            key = f"{name}-seed{seed}" if name else f"seed{seed}"
+            trial_overrides = tuple([*overrides, *chosen, f"seed={seed}", f"name={key}"])
+            try:
+                cfg = load_config(path, trial_overrides)
+            except ConfigError as exc:
+                where = ", ".join(chosen) or "the base config"
+                raise ConfigError(exc.field, f"{exc.message} (in the trial {where})") from None
+            trials.append(Trial(key, trial_overrides, cfg))
+    return trials
+
+
+def trial_resources(cfg: RunConfig) -> Any:
+    """What one trial needs: a CPU bundle for its driver, and one bundle per actor when
+    the run itself uses the Ray backend."""
+    from ray import tune
+
+    driver = {"CPU": float(cfg.torch_threads)}
+    if cfg.backend != "ray":
+        return tune.PlacementGroupFactory([driver])
+    from decent.platform.ray_backend.backend import placement
+
+    actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
+        {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
+    actors = len(placement(cfg.n, cfg.ray.clients_per_actor))
+    return tune.PlacementGroupFactory([driver] + [actor] * actors)
+
+
+def run_trial(spec: dict[str, Any]) -> None:
+    """A Tune function trainable: one decent run; its summary is the trial's result."""
+    from ray import tune
+
+    from decent.platform.config import from_dict
+    from decent.platform.runner import run
+
+    os.chdir(spec["cwd"])  # Tune starts trials in their own folder: paths stay relative to
+    result = run(from_dict(spec["config"]))  # where `decent sweep` was run
+    numbers = {k: v for k, v in result.summary.items() if isinstance(v, (int, float))}
+    tune.report({**numbers, "run_dir": str(result.run_dir)})
+
+
+def finished(sweep_dir: Path) -> dict[str, str]:
+    """Trial key → run directory of every trial whose run finished."""
+    done = {}
+    for summary in sweep_dir.glob("*/summary.json"):
+        name = json.loads(summary.read_text()).get("name")
+        if name:
+            done[name] = str(summary.parent)
+    return done
+
+
+def write_index(sweep_dir: Path, data: dict[str, Any]) -> None:
+    tmp = sweep_dir / f".{INDEX}.tmp"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, sweep_dir / INDEX)
+
+
+def sweep(path: str, grid_items: list[str], seeds: int | None, overrides: list[str],
+          parallel: int | None = None, sweep_dir: str | None = None) -> dict[str, Any]:
+    """Run (or continue) a sweep; its index."""
+    base = load_config(path, overrides)
+    section = base.sweep
+    grid: dict[str, list[Any]] = {k: list(v) for k, v in section.grid.items()}
+    grid.update(parse_grid(grid_items))
+    seeds = seeds if seeds is not None else section.seeds
+    if seeds < 1:
+        raise ConfigError("--seeds", f"must be ≥ 1 (got {seeds})")
+    parallel = parallel if parallel is not None else section.parallel
+    if parallel is not None and parallel < 1:
+        raise ConfigError("--parallel", f"must be ≥ 1 (got {parallel})")
+    if not grid and seeds == 1:
+        raise ConfigError("--grid", "the sweep is empty: give --grid key=v1,v2 (or a "
+                          "sweep: section), or --seeds N")
+    folder = Path(sweep_dir) if sweep_dir else Path(base.tracking.out_dir) / f"{base.name}-sweep"
+    folder = folder.expanduser().resolve()
+    group = f"{base.name}-sweep"
+    common = [*overrides, f"tracking.out_dir={folder}", "tracking.progress=false",
+              f"tracking.wandb.group={group}"]
+    trials = expand(path, grid, seeds, common, base.seed)
+    from decent.platform.runner import check
+
+    for trial in trials:  # the graph exists, the method accepts it, the device is there
+        check(trial.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    done = finished(folder)
+    todo = [t for t in trials if t.key not in done]
+    index = {"config": str(Path(path).resolve()), "grid": grid, "seeds": seeds,
+             "overrides": overrides,
+             "trials": [{"key": t.key, "overrides": list(t.overrides),
+                         "run_dir": done.get(t.key), "status": "done" if t.key in done
+                         else "pending"} for t in trials]}
+    write_index(folder, index)
+    if todo:
+        statuses = tune_trials(todo, folder, parallel, base)
+        done = finished(folder)
+        for entry in index["trials"]:
+            entry["run_dir"] = done.get(entry["key"])
+            entry["status"] = "done" if entry["key"] in done else \
+                statuses.get(entry["key"], "failed")
+        write_index(folder, index)
+    index["dir"] = str(folder)
+    return index
+
+
+def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
+                base: RunConfig) -> dict[str, str]:
+    """Run ``trials`` with Ray Tune; each one's final status."""
+    from ray import tune
+
+    from decent.platform.config import to_dict
+    from decent.platform.ray_backend.backend import connect
+
+    started = connect(base.ray)
+    try:
+        # one resource shape for all (the grid may change n or the backend: the largest)
+        resources = max((trial_resources(t.config) for t in trials),
+                        key=lambda pgf: len(pgf.bundles))
+        tuner = tune.Tuner(
+            tune.with_resources(run_trial, resources),
+            param_space={"config": tune.grid_search([to_dict(t.config) for t in trials]),
+                         "cwd": os.getcwd()},
+            # a trial actor imports torch once and serves trial after trial
+            tune_config=tune.TuneConfig(max_concurrent_trials=parallel, reuse_actors=True),
+            run_config=tune.RunConfig(storage_path=str(folder / "tune"), name="trials",
+                                      verbose=1),
+        )
+        results = tuner.fit()
+        statuses = {}
+        for result in results:
+            key = result.config["config"]["name"]
+            statuses[key] = "failed" if result.error else "done"
+        return statuses
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()

@@ -1,0 +1,111 @@
+"""`decent sweep` (Ray Tune) and `decent report`: a grid of runs × seeds, resumed without
+re-running what finished; bad grids refused before any trial; tables and plots whose
+numbers are the runs' own."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from decent.platform.cli import main
+from decent.platform.report import report
+from decent.platform.sweep import sweep
+from tests.helpers import tiny
+
+
+def base_config(tmp_path: Path) -> str:
+    cfg = tiny(tmp_path, rounds=2, topology={"name": "ring", "n": 4},
+               eval={"every": 1, "per_client": False})
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, ray_session):
+    tmp_path = tmp_path_factory.mktemp("sweep")
+    path = base_config(tmp_path)
+    index = sweep(path, ["strategy.lr=0.1,0.05", "topology.n=4,6"], 2, [])
+    return tmp_path, path, index
+
+
+def test_a_sweep_runs_every_combination_and_seed(swept):
+    _, _, index = swept
+    folder = Path(index["dir"])
+    assert len(index["trials"]) == 8 and {t["status"] for t in index["trials"]} == {"done"}
+    seen = set()
+    for trial in index["trials"]:
+        run_dir = Path(trial["run_dir"])
+        assert run_dir.parent == folder and (run_dir / "summary.json").is_file()
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        seen.add((cfg["strategy"]["lr"], cfg["topology"]["n"], cfg["seed"]))
+        assert cfg["tracking"]["wandb"]["group"] == "t-sweep"  # one W&B group per sweep
+    assert seen == {(lr, n, s) for lr in (0.1, 0.05) for n in (4, 6) for s in (0, 1)}
+    on_disk = json.loads((folder / "sweep.json").read_text())
+    assert [t["key"] for t in on_disk["trials"]] == [t["key"] for t in index["trials"]]
+
+
+def test_running_a_sweep_again_continues_it(swept):
+    _, path, index = swept
+    folder = Path(index["dir"])
+    before = sorted(p.name for p in folder.iterdir() if (p / "summary.json").is_file())
+    again = sweep(path, ["strategy.lr=0.1,0.05", "topology.n=4,6"], 2, [])
+    after = sorted(p.name for p in folder.iterdir() if (p / "summary.json").is_file())
+    assert after == before  # nothing re-run
+    assert {t["status"] for t in again["trials"]} == {"done"}
+
+
+@pytest.mark.parametrize(("grid", "text"), [
+    (["strategy.lrr=0.1,0.2"], "error: strategy.lrr: unknown key"),
+    (["strategy.lr=0.1,-1"], "error: strategy.lr: must be > 0"),
+    (["strategy.lr="], "error: --grid strategy.lr: gives no values"),
+    (["lr0.1"], "error: --grid: 'lr0.1' is not key=v1,v2"),
+    (["topology.n=4,13", "topology.name=meshgrid"], "error: topology.n"),
+])
+def test_a_bad_grid_is_one_line_before_any_trial(tmp_path, capsys, grid, text):
+    path = base_config(tmp_path)
+    assert main(["sweep", path, "--grid", *grid]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(text), err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_empty_sweep_is_refused(tmp_path, capsys):
+    assert main(["sweep", base_config(tmp_path)]) == 2
+    assert "the sweep is empty" in capsys.readouterr().err
+
+
+def test_the_report_table_is_the_runs_own_numbers(swept):
+    tmp_path, _, index = swept
+    folder = report([index["dir"]], "gmp_accuracy", None, str(tmp_path / "report"))
+    text = (folder / "report.md").read_text()
+    groups: dict[tuple, list[float]] = {}
+    for trial in index["trials"]:
+        run_dir = Path(trial["run_dir"])
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        groups.setdefault((cfg["strategy"]["lr"], cfg["topology"]["n"]), []).append(
+            summary["gmp_accuracy"])
+    assert "| strategy.lr / topology.n | seeds |" in text
+    for (lr, n), values in groups.items():
+        mean, std = statistics.mean(values), statistics.stdev(values)
+        assert f"| lr={lr}, n={n} | 2 | {mean:.4g} ± {std:.4g} |" in text
+    for png in ("gmp_accuracy_vs_bytes.png", "gmp_accuracy_vs_rounds.png",
+                "gmp_accuracy_vs_sim_time.png", "edges_0.png"):
+        assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_groups_by_the_keys_asked(swept, capsys):
+    tmp_path, _, index = swept
+    assert main(["report", index["dir"], "--by", "topology.n", "--out",
+                 str(tmp_path / "by_n")]) == 0
+    text = (tmp_path / "by_n" / "report.md").read_text()
+    assert "| topology.n=4 | 4 |" in text and "| topology.n=6 | 4 |" in text  # 2 lr × 2 seeds
+    assert main(["report", index["dir"], "--by", "strategy.nope"]) == 2
+    assert "error: --by" in capsys.readouterr().err
+    assert main(["report", index["dir"], "--metric", "gmp_nope"]) == 2
+    assert "error: --metric" in capsys.readouterr().err
