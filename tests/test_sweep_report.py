@@ -4,6 +4,7 @@ numbers are the runs' own."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -109,3 +110,35 @@ def test_report_groups_by_the_keys_asked(swept, capsys):
     assert "error: --by" in capsys.readouterr().err
     assert main(["report", index["dir"], "--metric", "gmp_nope"]) == 2
     assert "error: --metric" in capsys.readouterr().err
+
+
+def test_every_shipped_sweep_expands_into_valid_trials():
+    """The sweeps under experiments/ (the paper's Table 2 grid among them) would start:
+    every trial's config is built and checked, as `decent sweep` does first."""
+    from decent.platform.config import load_config
+    from decent.platform.runner import check
+    from decent.platform.sweep import expand, part_name
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    # hub models are not available offline: the OPT-architecture test model stands in
+    offline = ["model.path=tiny-opt"]
+    sweeps = [p for p in sorted(root.rglob("*.yaml")) if "runs" not in p.parts
+              and load_config(p, offline if "opt-" in p.read_text() else []).sweep.grid]
+    assert len(sweeps) >= 7
+    for path in sweeps:
+        overrides = offline if "opt-" in path.read_text() else []
+        base = load_config(path, overrides)
+        grid = {k: list(v) for k, v in base.sweep.grid.items()}
+        # every value of every key (the others at their first value), and the graph's
+        # keys in every combination (a grid shape must fit each n): a config takes ~50 ms
+        # to build, the full Table 2 products would take half a minute
+        first = {k: v[:1] for k, v in grid.items()}
+        subgrids = [{**first, k: [v]} for k, values in grid.items() for v in values]
+        subgrids.append({**first, **{k: v for k, v in grid.items() if k.startswith("topology.")}})
+        for sub in subgrids:
+            for trial in expand(str(path), sub, 1, overrides, base.seed):
+                check(trial.config)
+        keys = sorted(grid)
+        names = ["-".join(part_name(k, v) for k, v in zip(keys, combo, strict=True))
+                 for combo in itertools.product(*(grid[k] for k in keys))]
+        assert len(set(names)) == len(names)  # every trial its own run name

@@ -57,6 +57,13 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
 
+def part_name(key: str, value: Any) -> str:
+    """A trial name's part for one grid key: ``lr0.1``, ``n16``; a name value on its own
+    (``task.name=sst2`` → ``sst2``)."""
+    last = key.rsplit(".", 1)[-1]
+    return value_text(value) if last == "name" else f"{last}{value_text(value)}"
+
+
 def expand(path: str, grid: dict[str, list[Any]], seeds: int, overrides: list[str],
            base_seed: int) -> list[Trial]:
     """Every trial of the sweep, each config validated (one line naming the grid value
@@ -72,8 +79,7 @@ def expand(path: str, grid: dict[str, list[Any]], seeds: int, overrides: list[st
         for s in range(seeds):
             chosen = [f"{k}={value_text(v)}" for k, v in zip(keys, combo, strict=True)]
             seed = base_seed + s
-            name = "-".join(slug(f"{k.rsplit('.', 1)[-1]}{value_text(v)}")
-                            for k, v in zip(keys, combo, strict=True))
+            name = "-".join(slug(part_name(k, v)) for k, v in zip(keys, combo, strict=True))
             key = f"{name}-seed{seed}" if name else f"seed{seed}"
             trial_overrides = tuple([*overrides, *chosen, f"seed={seed}", f"name={key}"])
             try:
@@ -110,6 +116,11 @@ def run_trial(spec: dict[str, Any]) -> None:
 
     os.chdir(spec["cwd"])  # Tune starts trials in their own folder: paths stay relative to
     result = run(from_dict(spec["config"]))  # where `decent sweep` was run
+    if result.summary and spec["config"]["tracking"]["wandb"]["mode"] != "disabled":
+        import wandb
+
+        # stop W&B's service now: at the actor's exit Ray may already have cut it off
+        wandb.teardown()
     numbers = {k: v for k, v in result.summary.items() if isinstance(v, (int, float))}
     tune.report({**numbers, "run_dir": str(result.run_dir)})
 
