@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's fault comparison: DSGD on digits, clean and with faults, 3 seeds each, then
-# the table (with the virtual environment active, as for every `decent` command).
+# the report (with the virtual environment active, as for every `decent` command). The
+# records of the runs quoted in the README are in runs/ beside this script.
 #   bash experiments/faults/run_all.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,4 +14,4 @@ for seed in 0 1 2; do
   decent run "${common[@]}" name=drop20-signflip20-s$seed faults.drop=0.2 \
       faults.byzantine_fraction=0.2
 done
-python "$here/summarize.py" "$out"/*
+decent report "$out" --by faults.drop,faults.byzantine_fraction --out "$here/report"
