@@ -80,3 +80,17 @@ def test_topo_command_prints_ring_figures(capsys):
     assert fields["edges"].strip() == "16"
     assert fields["diameter"].strip() == "8"
     assert "0.0507" in out  # 2/3·(1 − cos(2π/16)): Metropolis ring
+
+
+def test_overrides_may_follow_the_options(tmp_path, capsys):
+    """`decent sweep C.yaml --seeds 2 key=value`: the override reaches every trial (here
+    a bad one, refused by name before any trial); a stray flag is still one line."""
+    path = write(tmp_path, tiny(tmp_path))
+    assert main(["sweep", path, "--seeds", "2", "strategy.lrr=0.1"]) == 2
+    assert capsys.readouterr().err.startswith("error: strategy.lrr: unknown key")
+    assert main(["run", path, "--bogus"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: arguments: unrecognized arguments: --bogus (see decent --help)")
+    assert main(["report", str(tmp_path), "x=1"]) == 2  # report takes paths, no overrides
+    assert capsys.readouterr().err.strip() == "error: paths: x=1 does not exist"
+    assert not (tmp_path / "runs").exists()

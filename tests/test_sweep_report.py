@@ -94,7 +94,7 @@ def test_the_report_table_is_the_runs_own_numbers(swept):
     assert "| strategy.lr / topology.n | seeds |" in text
     for (lr, n), values in groups.items():
         mean, std = statistics.mean(values), statistics.stdev(values)
-        assert f"| lr={lr}, n={n} | 2 | {mean:.4g} ± {std:.4g} |" in text
+        assert f"| lr={lr}, n={n} | 2 | {mean:.4g} ± {std:.2g} |" in text
     for png in ("gmp_accuracy_vs_bytes.png", "gmp_accuracy_vs_rounds.png",
                 "gmp_accuracy_vs_sim_time.png", "edges_0.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -110,6 +110,46 @@ def test_report_groups_by_the_keys_asked(swept, capsys):
     assert "error: --by" in capsys.readouterr().err
     assert main(["report", index["dir"], "--metric", "gmp_nope"]) == 2
     assert "error: --metric" in capsys.readouterr().err
+
+
+def test_further_metrics_add_a_column_of_final_values(swept, capsys):
+    tmp_path, _, index = swept
+    folder = report([index["dir"]], "gmp_accuracy,consensus_distance,gmp_loss", ["topology.n"],
+                    str(tmp_path / "more"))
+    text = (folder / "report.md").read_text()
+    assert "| best gmp_accuracy | consensus_distance | gmp_loss | bytes sent |" in text
+    for n in (4, 6):
+        dirs = [Path(t["run_dir"]) for t in index["trials"]]
+        losses = [json.loads((d / "summary.json").read_text())["gmp_loss"] for d in dirs
+                  if yaml.safe_load((d / "config.yaml").read_text())["topology"]["n"] == n]
+        row = next(line for line in text.splitlines() if line.startswith(f"| topology.n={n} "))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[5] == f"{statistics.mean(losses):.4g} ± {statistics.stdev(losses):.2g}"
+    assert main(["report", index["dir"], "--metric", "gmp_accuracy,gmp_nope"]) == 2
+    assert "error: --metric: 'gmp_nope' is in no run's summary" in capsys.readouterr().err
+
+
+def test_initial_evaluation_is_the_starting_model_and_survives_resume(tmp_path):
+    """eval.initial: the summary's initial_* metrics are the untrained model's, also after
+    a resume from a checkpoint."""
+    from decent.platform.config import from_dict
+    from decent.platform.runner import make_backend, resume, run
+
+    cfg = from_dict(tiny(tmp_path, rounds=4, eval={"every": 2, "per_client": False,
+                                                   "initial": True},
+                         checkpoint={"every": 2}))
+    backend = make_backend(cfg)
+    expected = backend.evaluate(False, None)  # before any round
+    result = run(cfg, backend)
+    assert result.summary["initial_gmp_accuracy"] == expected["gmp_accuracy"]
+    assert result.summary["initial_gmp_loss"] == expected["gmp_loss"]
+    assert result.summary["gmp_loss"] != expected["gmp_loss"]
+    # a copy as a run killed after its last round would leave it, resumed from round 2
+    from tests.test_checkpoint import stopped_copy
+
+    again = resume(stopped_copy(result.run_dir))
+    assert again.summary["initial_gmp_loss"] == expected["gmp_loss"]
+    assert again.summary["gmp_loss"] == result.summary["gmp_loss"]
 
 
 def test_every_shipped_sweep_expands_into_valid_trials():

@@ -150,7 +150,8 @@ def parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_sweep)
     o = sub.add_parser("report", help="a table and plots from finished runs or sweeps")
     o.add_argument("paths", nargs="+", help="run or sweep directories (searched recursively)")
-    o.add_argument("--metric", default="gmp_accuracy", help="summary metric to compare")
+    o.add_argument("--metric", default="gmp_accuracy", help="summary metric to compare; "
+                   "more, comma-separated, add a column each")
     o.add_argument("--by", help="config keys to group by, comma-separated (default: the "
                    "keys that differ between the runs)")
     o.add_argument("--out", help="output folder (default: <path>/report)")
@@ -171,10 +172,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; ``key=value`` overrides may also follow the options of
+    ``run``/``sweep`` (``decent sweep C.yaml --seeds 3 rounds=5``), not only the config."""
+    p = parser()
+    args, rest = p.parse_known_args(argv)
+    stray = [a for a in rest if a.startswith("-") or "=" not in a]
+    if stray or (rest and not hasattr(args, "overrides")):
+        p.error(f"unrecognized arguments: {' '.join(stray or rest)}")
+    if rest:
+        args.overrides = [*args.overrides, *rest]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; every error a user can cause is one line on stderr and exit code 2."""
     try:
-        args = parser().parse_args(argv)
+        args = parse(argv)
         return args.func(args)
     except UsageError as exc:
         print(f"error: arguments: {exc}", file=sys.stderr)

@@ -65,6 +65,9 @@ class TargetConfig:
 class EvalConfig:
     every: int = at_least(0, 5)  # evaluate every k rounds (and after the last); 0 = at the end
     per_client: bool = True  # also each client's own accuracy (costs n evaluations)
+    # also the starting model, before round 0: the summary's initial_<metric> (a zero-shot
+    # baseline measured on the run's own test set)
+    initial: bool = False
     target: TargetConfig = field(default_factory=TargetConfig)
 
 
@@ -230,9 +233,22 @@ def from_layers(*layers: Any) -> RunConfig:
         raise config_error(exc, "", schema) from None
     validate_fields(cfg, "")
     cfg.strategy = STRATEGIES.config(_section(cfg.strategy, "strategy"))
+    fill_schedule_length(cfg)
     cfg.task = TASKS.config(_section(cfg.task, "task"))
     cfg.model = MODELS.config(_section(cfg.model, "model"))
     return cfg
+
+
+def fill_schedule_length(cfg: RunConfig) -> None:
+    """An inner lr schedule with ``total_steps: 0`` spans the run: rounds × local_steps."""
+    sched = getattr(cfg.strategy, "lr_schedule", None)
+    if sched is None or sched.total_steps:
+        return
+    sched.total_steps = cfg.rounds * cfg.strategy.local_steps
+    if sched.name == "cosine" and sched.total_steps <= sched.warmup_steps:
+        raise ConfigError("strategy.lr_schedule.warmup_steps",
+                          f"is {sched.warmup_steps}, not shorter than the run's "
+                          f"{sched.total_steps} inner steps (rounds × local_steps); shorten it")
 
 
 # Sections given as {name: ..., ...}; `strategy: dsgd` is short for `strategy: {name: dsgd}`.

@@ -75,9 +75,10 @@ def spread(values: list[float], fmt: str = ".4g") -> str:
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
         return "—"
-    if len(values) == 1:
+    if len(set(values)) == 1:  # one run, or every seed the same (bytes, often)
         return format(values[0], fmt)
-    return f"{format(statistics.mean(values), fmt)} ± {format(statistics.stdev(values), fmt)}"
+    # the spread to two significant digits: more would be noise about noise
+    return f"{format(statistics.mean(values), fmt)} ± {statistics.stdev(values):.2g}"
 
 
 def label(keys: list[str], values: tuple) -> str:
@@ -94,19 +95,26 @@ def best(run: Run, metric: str) -> float | None:
     return min(values) if lower_is_better(metric) else max(values)
 
 
-def table(groups: dict[tuple, list[Run]], keys: list[str], metric: str) -> str:
-    head = (f"| {' / '.join(keys) or 'runs'} | seeds | final {metric} | best {metric} | "
+def table(groups: dict[tuple, list[Run]], keys: list[str], metric: str,
+          also: tuple[str, ...] = ()) -> str:
+    """One row per group; ``also``: further summary metrics, one column each."""
+    extra = "".join(f" {m} |" for m in also)
+    head = (f"| {' / '.join(keys) or 'runs'} | seeds | final {metric} | best {metric} |{extra} "
             "bytes sent | busiest edge (bytes) | simulated time (s) | time to target (s) |")
-    lines = [head, "|" + "---|" * 8]
+    lines = [head, "|" + "---|" * (8 + len(also))]
     for values, runs in groups.items():
         reached = [r.summary["time_to_target_s"] for r in runs
                    if r.summary.get("time_to_target_s") is not None]
+        rounds = [r.summary["rounds_to_target"] for r in runs
+                  if r.summary.get("rounds_to_target") is not None]
         target = "—" if not any("time_to_target_s" in r.summary for r in runs) else \
-            f"{spread(reached, '.3g')} ({len(reached)}/{len(runs)} reached)"
+            f"{spread(reached, '.3g')} ({len(reached)}/{len(runs)} reached" + \
+            (f", in {spread(rounds, '.3g')} rounds)" if rounds else ")")
         lines.append(
             f"| {label(keys, values)} | {len(runs)} "
             f"| {spread([r.summary.get(metric) for r in runs])} "
             f"| {spread([best(r, metric) for r in runs])} "
+            + "".join(f"| {spread([r.summary.get(m) for r in runs])} " for m in also) +
             f"| {spread([r.summary['bytes_total'] for r in runs], '.3e')} "
             f"| {spread([r.summary['max_edge_bytes_total'] for r in runs], '.3e')} "
             f"| {spread([r.summary['sim_time_total_s'] for r in runs], '.3g')} | {target} |")
@@ -199,16 +207,21 @@ def plot_edges(run: Run, out: Path) -> bool:
 
 def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None = None,
            out: str | None = None) -> Path:
+    """``metric`` may list several, comma-separated: the first is compared (final, best,
+    plots), the others add a column of their final values."""
+    metric, *also = [m.strip() for m in metric.split(",") if m.strip()] or [""]
     runs = find_runs(paths)
     keys = varying_keys(runs) if by is None else by
     unknown = [k for k in keys if not any(k in r.config for r in runs)]
     if unknown:
         raise ConfigError("--by", f"{unknown[0]!r} is not a config key of these runs "
                           "(e.g. strategy.name, topology.n)")
-    if not any(metric in r.summary for r in runs):
+    for m in (metric, *also):
+        if any(m in r.summary for r in runs):
+            continue
         known = sorted({k for r in runs for k, v in r.summary.items()
                         if isinstance(v, (int, float))})
-        raise ConfigError("--metric", f"{metric!r} is in no run's summary; choose one of: "
+        raise ConfigError("--metric", f"{m!r} is in no run's summary; choose one of: "
                           f"{', '.join(known)}")
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for run in sorted(runs, key=lambda r: str(r.path)):
@@ -218,7 +231,7 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
                                     else Path("report"))
     folder.mkdir(parents=True, exist_ok=True)
     text = [f"# Report: {metric}\n", f"{len(runs)} runs from {', '.join(paths)}\n",
-            table(groups, keys, metric)]
+            table(groups, keys, metric, tuple(also))]
     for x, log_x, name in (("bytes_total", True, "vs_bytes"), ("round", False, "vs_rounds"),
                            ("sim_time_total_s", False, "vs_sim_time")):
         png = f"{metric}_{name}.png"

@@ -168,6 +168,7 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
     restarts = 0
     try:
         started = time.perf_counter()
+        initial = initial_metrics(cfg, slot.backend, rd, start)
         bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
                    disable=not cfg.tracking.progress, dynamic_ncols=True)
         r = start
@@ -235,6 +236,8 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
             r += 1
         bar.close()
         summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
+        summary.update({f"initial_{k}": v for k, v in initial.items()
+                        if k.startswith(("gmp_", "client_", "consensus"))})
         if cfg.faults.on_the_wire:
             for key in ("dropped_messages", "delayed_messages", "partitioned_messages"):
                 summary[f"{key}_total"] = sum(r[key] for r in rows)
@@ -252,6 +255,20 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
     finally:
         tracker.close(summary)
     return RunResult(rd.final, summary, rows)
+
+
+def initial_metrics(cfg: RunConfig, backend: Backend, rd: RunDir, start: int
+                    ) -> dict[str, Any]:
+    """With ``eval.initial``, the metrics of the starting model (evaluated once, before
+    round 0, and kept in ``initial.json`` so that a resumed run reports them too)."""
+    if not cfg.eval.initial:
+        return {}
+    path = rd.path / "initial.json"
+    if start > 0:  # resumed: the starting model is gone, its metrics were kept
+        return json.loads(path.read_text()) if path.is_file() else {}
+    metrics = backend.evaluate(cfg.eval.per_client, backend.present(0))
+    rd.write_json("initial.json", metrics)
+    return metrics
 
 
 def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: str) -> dict:

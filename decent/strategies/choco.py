@@ -92,7 +92,8 @@ class ChocoSGD(Strategy[ChocoState]):
         cfg = self.cfg
         state = client.state
         client.stats["loss"] = local_steps(
-            client, state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size)
+            client, state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size,
+            cfg, ctx.round * cfg.local_steps)
         w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
         q = {}

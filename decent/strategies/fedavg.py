@@ -98,7 +98,8 @@ class FedAvg(Strategy[FedAvgState]):
         state = client.state
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
-            client, state.optimizer, ctx.task, self.cfg.local_steps, self.cfg.batch_size)
+            client, state.optimizer, ctx.task, self.cfg.local_steps, self.cfg.batch_size,
+            self.cfg, ctx.round * self.cfg.local_steps)
         live = params.trainable_params(client.model)
         delta = {name: start[name] - live[name].detach() for name in start}
         if state.feedback is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -13,6 +14,36 @@ from decent.strategies.base import Client
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
+SCHEDULES = ("constant", "cosine")
+
+
+@dataclass
+class LRScheduleConfig:
+    """The inner learning rate over a worker's inner steps t = round · H + i (i-th step of
+    the round): a linear warm-up over the first ``warmup_steps`` steps, then constant or a
+    cosine decay to ``min_lr_ratio`` · lr at ``total_steps`` (0: the run's rounds ×
+    local_steps, filled in when the config is loaded). DiLoCo's recipe (Douillard et al.,
+    2023, §3) is a warm-up then cosine decay. The factor is a function of t alone, so a
+    resumed run continues the schedule with nothing extra in a checkpoint."""
+
+    name: str = one_of(SCHEDULES, "constant")
+    warmup_steps: int = at_least(0, 0)
+    total_steps: int = at_least(0, 0)
+    min_lr_ratio: float = in_range(0.0, 0, 1)
+
+    def factor(self, t: int) -> float:
+        if t < self.warmup_steps:  # (t + 1) / W: the first step already moves
+            return (t + 1) / self.warmup_steps
+        if self.name == "constant":
+            return 1.0
+        span = max(self.total_steps - self.warmup_steps, 1)
+        progress = min((t - self.warmup_steps) / span, 1.0)
+        cosine = 0.5 * (1 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
+
+    @property
+    def active(self) -> bool:
+        return self.name != "constant" or self.warmup_steps > 0
 
 
 @dataclass
@@ -28,8 +59,16 @@ class LocalTrainingConfig:
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
     weight_decay: float = at_least(0, 0.0)
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
+        sched = self.lr_schedule
+        if sched.name == "cosine" and 0 < sched.total_steps <= sched.warmup_steps:
+            raise ConfigError(
+                f"{prefix}.lr_schedule.total_steps",
+                f"the cosine decay needs total_steps > warmup_steps (got {sched.total_steps} "
+                f"≤ {sched.warmup_steps}); raise total_steps or shorten the warm-up",
+            )
         if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
                 f"{prefix}.momentum",
@@ -53,15 +92,22 @@ def local_steps(
     task: Task,
     steps: int,
     batch_size: int,
+    cfg: LocalTrainingConfig | None = None,
+    first_step: int = 0,
 ) -> float:
     """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
     generator; the mean training loss. The steps are charged to the client's compute
-    time (:meth:`Client.count_steps`)."""
+    time (:meth:`Client.count_steps`). With ``cfg`` given and its ``lr_schedule`` active,
+    step i runs at lr · factor(first_step + i)."""
     model, data, generator = client.model, client.data, client.generator
     client.count_steps(steps)
     model.train()
+    schedule = cfg.lr_schedule if cfg is not None and cfg.lr_schedule.active else None
     total = 0.0
-    for _ in range(steps):
+    for i in range(steps):
+        if schedule is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * schedule.factor(first_step + i)  # type: ignore[union-attr]
         batch = data.sample(batch_size, generator)
         optimizer.zero_grad(set_to_none=True)
         loss = task.loss(model, batch)

@@ -95,8 +95,24 @@ def verbalizer(tokenizer: Any, words: tuple[str, ...]) -> tuple[list[int], list[
     return seqs[0][:common], label_ids
 
 
+def best_threshold_accuracy(margin: np.ndarray, y: np.ndarray) -> float:
+    """The accuracy of the best decision threshold on a binary margin (predict 1 where
+    margin > t), over every t: what re-calibrating the model's bias alone could reach on
+    this set. An oracle (t is picked on the labels it is scored on), so an upper bound
+    for calibration, used to ask whether training learnt more than a bias shift."""
+    order = np.argsort(margin, kind="stable")
+    m, labels = margin[order], y[order]
+    # threshold below position k (k = 0..n): the first k predicted 0, the rest 1; only
+    # cuts between distinct margins are realisable
+    correct = np.concatenate(([0], np.cumsum(labels == 0))) + np.concatenate(
+        (np.cumsum((labels == 1)[::-1])[::-1], [0]))
+    cuts = np.concatenate(([True], m[1:] != m[:-1], [True]))
+    return float(correct[cuts].max() / max(len(y), 1))
+
+
 class PromptedTask(Task):
-    METRICS = ("accuracy", "loss")
+    # accuracy_best_threshold: binary tasks only (see best_threshold_accuracy)
+    METRICS = ("accuracy", "loss", "accuracy_best_threshold")
 
     def __init__(self, cfg: PromptedConfig, seed: int, model_cfg: Any) -> None:
         from decent.models.causal_lm import load_tokenizer
@@ -163,15 +179,21 @@ class PromptedTask(Task):
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         model.eval()
         data, bs = self.held_out, self.cfg.eval_batch_size
-        correct, loss_sum = 0, 0.0
+        correct, loss_sum, margins = 0, 0.0, []
         for start in range(0, len(data), bs):
             ids, mask, y = data.rows(torch.arange(start, min(start + bs, len(data))))
             logits = self.class_logits(model, ids.to(device), mask.to(device))
             y = y.to(device)
             correct += int((logits.argmax(-1) == y).sum())
             loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+            if logits.shape[-1] == 2:
+                margins.append((logits[:, 1] - logits[:, 0]).cpu().numpy())
         n = max(len(data), 1)
-        return {"accuracy": correct / n, "loss": loss_sum / n}
+        out = {"accuracy": correct / n, "loss": loss_sum / n}
+        if margins:
+            out["accuracy_best_threshold"] = best_threshold_accuracy(
+                np.concatenate(margins), data.y.numpy())
+        return out
 
 
 def split(train: list[dict], held_out: list[dict] | None, cfg: PromptedConfig,
