@@ -240,15 +240,24 @@ def from_layers(*layers: Any) -> RunConfig:
 
 
 def fill_schedule_length(cfg: RunConfig) -> None:
-    """An inner lr schedule with ``total_steps: 0`` spans the run: rounds × local_steps."""
+    """An inner lr schedule with ``total_steps: 0`` spans the run: rounds × local_steps.
+    A cosine decay needs total_steps > warmup_steps, given or filled in."""
     sched = getattr(cfg.strategy, "lr_schedule", None)
-    if sched is None or sched.total_steps:
+    if sched is None:
         return
-    sched.total_steps = cfg.rounds * cfg.strategy.local_steps
-    if sched.name == "cosine" and sched.total_steps <= sched.warmup_steps:
+    filled = sched.total_steps == 0
+    if filled:
+        sched.total_steps = cfg.rounds * cfg.strategy.local_steps
+    if sched.name != "cosine" or sched.total_steps > sched.warmup_steps:
+        return
+    if filled:
         raise ConfigError("strategy.lr_schedule.warmup_steps",
                           f"is {sched.warmup_steps}, not shorter than the run's "
                           f"{sched.total_steps} inner steps (rounds × local_steps); shorten it")
+    raise ConfigError("strategy.lr_schedule.total_steps",
+                      f"the cosine decay needs total_steps > warmup_steps (got "
+                      f"{sched.total_steps} ≤ {sched.warmup_steps}); raise total_steps or "
+                      "shorten the warm-up")
 
 
 # Sections given as {name: ..., ...}; `strategy: dsgd` is short for `strategy: {name: dsgd}`.

@@ -93,7 +93,7 @@ class ChocoSGD(Strategy[ChocoState]):
         state = client.state
         client.stats["loss"] = local_steps(
             client, state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size,
-            cfg, ctx.round * cfg.local_steps)
+            cfg, ctx.round)
         w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
         q = {}

@@ -49,7 +49,7 @@ class DSGD(Strategy[DSGDState]):
         cfg = self.cfg
         client.stats["loss"] = local_steps(
             client, client.state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size,
-            cfg, ctx.round * cfg.local_steps)
+            cfg, ctx.round)
         theta = params.snapshot(client.model, WIRE_DTYPES[cfg.wire_dtype])
         return self.to_neighbours(client, ctx, "params", theta)
 

@@ -99,7 +99,7 @@ class FedAvg(Strategy[FedAvgState]):
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
             client, state.optimizer, ctx.task, self.cfg.local_steps, self.cfg.batch_size,
-            self.cfg, ctx.round * self.cfg.local_steps)
+            self.cfg, ctx.round)
         live = params.trainable_params(client.model)
         delta = {name: start[name] - live[name].detach() for name in start}
         if state.feedback is not None:

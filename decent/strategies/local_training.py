@@ -62,13 +62,6 @@ class LocalTrainingConfig:
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
-        sched = self.lr_schedule
-        if sched.name == "cosine" and 0 < sched.total_steps <= sched.warmup_steps:
-            raise ConfigError(
-                f"{prefix}.lr_schedule.total_steps",
-                f"the cosine decay needs total_steps > warmup_steps (got {sched.total_steps} "
-                f"≤ {sched.warmup_steps}); raise total_steps or shorten the warm-up",
-            )
         if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
                 f"{prefix}.momentum",
@@ -93,12 +86,12 @@ def local_steps(
     steps: int,
     batch_size: int,
     cfg: LocalTrainingConfig | None = None,
-    first_step: int = 0,
+    round_: int = 0,
 ) -> float:
     """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
     generator; the mean training loss. The steps are charged to the client's compute
     time (:meth:`Client.count_steps`). With ``cfg`` given and its ``lr_schedule`` active,
-    step i runs at lr · factor(first_step + i)."""
+    step i of round ``round_`` runs at lr · factor(round_ · steps + i)."""
     model, data, generator = client.model, client.data, client.generator
     client.count_steps(steps)
     model.train()
@@ -107,7 +100,7 @@ def local_steps(
     for i in range(steps):
         if schedule is not None:
             for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * schedule.factor(first_step + i)  # type: ignore[union-attr]
+                group["lr"] = cfg.lr * schedule.factor(round_ * steps + i)  # type: ignore[union-attr]
         batch = data.sample(batch_size, generator)
         optimizer.zero_grad(set_to_none=True)
         loss = task.loss(model, batch)
