@@ -38,3 +38,4 @@ bench: install
 	$(PY) benchmarks/gossip_compression.py
 	$(PY) benchmarks/network_solver.py
 	$(PY) benchmarks/checkpoint_cost.py
+	$(PY) benchmarks/combo_segments.py

@@ -41,3 +41,12 @@ def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
 
     backend.close = capture_then_close
     return fn(*args, backend=backend), vectors
+
+
+def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
+    """A run's metric rows without wall time (what must match across backends) and every
+    client's final state vector."""
+    from decent.platform.runner import run
+
+    result, vectors = run_capturing(run, cfg, cfg)
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors

@@ -18,7 +18,7 @@ from decent.platform.config import from_dict
 from decent.platform.evaluation import mean_model
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import make_backend, run
-from tests.helpers import run_capturing, tiny
+from tests.helpers import rows_and_vectors, tiny
 
 EVENTS = [{"round": 2, "client": 3, "kind": "crash"}, {"round": 3, "client": 1,
                                                         "kind": "leave"},
@@ -157,11 +157,6 @@ def test_metrics_cover_the_present_clients_only(tmp_path):
     report = backend.evaluate(per_client=False, present=present)
     want = np.mean([np.sum((vectors[c] - mean) ** 2) for c in present])
     assert report["consensus_distance"] == pytest.approx(want, rel=1e-12)
-
-
-def rows_and_vectors(cfg):
-    result, vectors = run_capturing(run, cfg, cfg)
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
 
 
 def test_churn_is_the_same_on_both_backends(tmp_path, ray_session):

@@ -66,6 +66,34 @@ class Router:
         """The clients taking part in the round about to run (None: all of them)."""
         self._present = present
 
+    def depart(self, clients: frozenset[int],
+               unread: dict[int, list[Message]] | None = None) -> None:
+        """``clients`` vanished during the current round (their process died): messages
+        posted to them this phase, and any posted later this round, return to their
+        senders undeliverable, as if they had never been present. ``unread`` is the inbox
+        they were handed but never read: it returns to its senders too, a phase later
+        than it would have, with its bytes counted (it was sent)."""
+        gone = set(clients)
+        for msgs in (unread or {}).values():
+            for msg in msgs:
+                if msg.dst in gone and msg.src not in gone and not msg.undeliverable:
+                    self._round.undeliverable_messages += 1
+                    msg.undeliverable = True
+                    self._pending[msg.src].append(msg)
+        if self._present is None:
+            self._present = frozenset(range(self.topology.n)) - gone
+        else:
+            self._present = self._present - gone
+        for dst in sorted(gone & set(self._pending)):
+            for msg in self._pending.pop(dst):
+                self._phase_edges[(msg.src, dst)] -= msg.nbytes
+                if not self._phase_edges[(msg.src, dst)]:
+                    del self._phase_edges[(msg.src, dst)]
+                self._round.messages -= 1
+                self._round.undeliverable_messages += 1
+                msg.undeliverable = True
+                self._pending[msg.src].append(msg)
+
     def account(self, src: int, dst: int, nbytes: int) -> None:
         """Traffic the platform itself sends this phase (a joining client's bootstrap)."""
         self._phase_edges[(src, dst)] += nbytes

@@ -144,7 +144,8 @@ class ClientGroup:
         this round: their outgoing messages, sized, and each one's compute time in
         simulated seconds."""
         ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
-                           self.shared, None if members is None else members.known)
+                           self.shared, None if members is None else members.known,
+                           frozenset() if members is None else frozenset(members.joined))
         running = self.present(members)
         self.strategy.begin_phase(ctx, [self.clients[c] for c in running])
         outgoing: list[Message] = []
@@ -180,7 +181,7 @@ class ClientGroup:
     def vectors(self, cids: list[int]) -> dict[int, np.ndarray]:
         return {cid: self.strategy.state_vector(self.clients[cid]) for cid in cids}
 
-    def bootstrap(self, cid: int, vector: np.ndarray) -> None:
+    def bootstrap(self, cid: int, vector: np.ndarray | None) -> None:
         client = self.clients[cid]
         with own_rng(client):
             self.strategy.bootstrap(client, vector, self.shared)

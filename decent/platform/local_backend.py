@@ -30,6 +30,9 @@ class LocalBackend:
         members = None if self.membership is None else self.membership.at(round_)
         self.router.begin_round(None if members is None else members.present)
         for joiner, givers in joiners(self.group.topology, round_, members):
+            if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
+                self.group.bootstrap(joiner, None)
+                continue
             vectors = self.group.vectors(givers)
             mean = mean_model([vectors[g] for g in givers], len(givers))
             self.group.bootstrap(joiner, mean)

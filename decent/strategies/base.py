@@ -77,7 +77,8 @@ class PhaseContext:
     ``step`` is the phase's position in the round's phase list (0 for the first);
     ``shared`` is what :meth:`Strategy.init_process` returned in this process; ``alive``
     the clients believed to take part in this round (all of them without churn; a client
-    that crashed this round is still listed: its messages come back undeliverable)."""
+    that crashed this round is still listed: its messages come back undeliverable);
+    ``joined`` the clients that arrived at the start of this round."""
 
     round: int
     phase: str
@@ -86,6 +87,7 @@ class PhaseContext:
     task: Task
     shared: Any = None
     alive: frozenset[int] | None = None  # None: every client
+    joined: frozenset[int] = frozenset()
 
 
 class Frozen(type):
@@ -104,6 +106,9 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     name: ClassVar[str]
     Config: ClassVar[type]
     State: ClassVar[type]
+    # True: a joining client gets its model through the method's own messages in its
+    # first round (Combo's pulls), so the platform sends it no mean of its neighbours
+    pulls_on_join: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, graph: GraphFacts) -> None:
         self.cfg = cfg
@@ -155,10 +160,12 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         crash) with this reason, never left to hang or to compute something wrong."""
         return None
 
-    def bootstrap(self, client: Client[StateT], vector: np.ndarray, shared: Any) -> None:
+    def bootstrap(self, client: Client[StateT], vector: np.ndarray | None,
+                  shared: Any) -> None:
         """A client that joins: start from ``vector`` (the mean of its present
-        neighbours' models), with a fresh state."""
-        self.load_state_vector(client, vector)
+        neighbours' models; None when ``pulls_on_join``), with a fresh state."""
+        if vector is not None:
+            self.load_state_vector(client, vector)
         client.state = self.init_state(client, shared)
 
     def shared_weights_change(self) -> bool:

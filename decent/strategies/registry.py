@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decent.core.registry import Registry
 from decent.strategies.choco import ChocoSGD
+from decent.strategies.combo import Combo
 from decent.strategies.diloco import DiLoCo
 from decent.strategies.dsgd import DSGD
 from decent.strategies.dzsgd import DZSGD
@@ -14,5 +15,6 @@ from decent.strategies.seed_gossip import SeedGossip
 from decent.strategies.seedflood import SeedFlood
 
 STRATEGIES = Registry("strategy")
-for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip):
+for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip,
+             Combo):
     STRATEGIES.register(_cls.name, _cls.Config, _cls)

@@ -98,6 +98,9 @@ class RayBackend:
         ray.get(self.coordinator.begin_round.remote(None if members is None
                                                     else members.present))
         for joiner, givers in joiners(self.topology, round_, members):
+            if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
+                ray.get(self.actors[self.actor_of(joiner)].bootstrap.remote(joiner, None))
+                continue
             vectors: dict[int, np.ndarray] = {}
             for part in ray.get([self.actors[i].vectors.remote([g for g in givers
                                                                 if g in self.groups[i]])
@@ -135,6 +138,9 @@ class RayBackend:
         for cid in sorted(clients):
             check_churn(self.strategy, cid, "crash", round_)
         self.lost.update({cid: round_ for cid in clients})
+        # the rest of this round, messages to them come back to their senders
+        # (and what they were handed this phase but never read goes back too)
+        ray.get(self.coordinator.depart.remote(frozenset(clients), self._inboxes[actor]))
         if self.membership is None:
             self.membership = Membership.plan(ChurnConfig(), self.cfg.n, self.cfg.rounds,
                                               self.cfg.seed)

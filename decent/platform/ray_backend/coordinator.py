@@ -32,6 +32,12 @@ class Coordinator:
     def begin_round(self, present: frozenset[int] | None) -> None:
         self.router.begin_round(present)
 
+    def depart(self, clients: frozenset[int], unread: dict[int, list[Message]] | None
+               ) -> None:
+        """Clients whose actor died this round; ``unread`` is the inbox bundle it never
+        read (Ray resolves the reference before the call)."""
+        self.router.depart(clients, unread)
+
     def account(self, src: int, dst: int, nbytes: int) -> None:
         self.router.account(src, dst, nbytes)
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Every Combo result in the README (with the virtual environment active, as for every
+# `decent` command), 3 seeds each, then the reports. The records of the runs quoted in the
+# README are in runs/ beside this script.
+#   bash experiments/combo/run_all.sh            # all four
+#   bash experiments/combo/run_all.sh sync       # or one of: sync speedup segments churn
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT_DIR:-runs/combo}"
+what="${1:-all}"
+quiet=(tracking.progress=false)
+
+if [[ $what == all || $what == sync ]]; then  # sync time against S, beside its closed form
+  for seed in 0 1 2; do
+    for s in 1 2 3 4 5 6 7 8 9 10; do
+      decent run "$here/sync_time.yaml" seed=$seed strategy.segments=$s \
+          tracking.out_dir="$out/sync" name=S$s-s$seed "${quiet[@]}"
+    done
+  done
+  python "$here/sync_time.py" "$out/sync" --out "$here/report/sync"
+fi
+if [[ $what == all || $what == speedup ]]; then  # time to 85 % against FedAvg
+  for seed in 0 1 2; do
+    for n in 20 30 40; do
+      for p in iid dirichlet; do
+        common=("$here/digits.yaml" seed=$seed topology.n=$n task.partition=$p
+                tracking.out_dir="$out/speedup" "${quiet[@]}")
+        decent run "${common[@]}" name=combo-n$n-$p-s$seed strategy.segments=5 \
+            strategy.replicas=2
+        decent run "${common[@]}" name=fedavg-n$n-$p-s$seed strategy.name=fedavg \
+            topology.name=star topology.n=$((n + 1))
+      done
+    done
+  done
+  decent report "$out/speedup" --by task.partition,strategy.name,topology.n \
+      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/speedup"
+  python "$here/speedup.py" "$out/speedup" --out "$here/report/speedup"
+fi
+if [[ $what == all || $what == segments ]]; then  # accuracy per round against S
+  for seed in 0 1 2; do
+    for s in 1 2 4 8; do
+      decent run "$here/digits.yaml" seed=$seed strategy.segments=$s strategy.replicas=2 \
+          tracking.out_dir="$out/segments" name=S$s-s$seed "${quiet[@]}"
+    done
+  done
+  decent report "$out/segments" --by strategy.segments \
+      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/segments"
+fi
+if [[ $what == all || $what == churn ]]; then  # 20 % crash at round 20, 5 join at 30
+  for seed in 0 1 2; do
+    decent run "$here/churn.yaml" seed=$seed tracking.out_dir="$out/churn" \
+        name=churn-s$seed "${quiet[@]}"
+    decent run "$here/digits.yaml" seed=$seed strategy.segments=5 strategy.replicas=2 \
+        tracking.out_dir="$out/churn" name=clean-s$seed "${quiet[@]}"
+  done
+  decent report "$out/churn" --by topology.n --metric client_accuracy_mean,gmp_accuracy \
+      --out "$here/report/churn"
+fi
