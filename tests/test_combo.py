@@ -206,6 +206,12 @@ def test_a_pull_to_a_crashed_worker_is_sent_again_to_another_peer(tmp_path):
         retry = [x for x in rec.posted if x.tag == "pull" and x.src == m.src
                  and int(x.payload[1]) == segment and not x.undeliverable]
         assert len(retry) == 2 and 5 not in {x.dst for x in retry}
+        # re-sent to a peer heard from this round (it asked m.src for a segment), when
+        # one not yet asked for that segment exists
+        heard = {x.src for x in rec.posted if x.tag == "pull" and x.dst == m.src}
+        first = {x.dst for x in retry if x.sent_phase == m.sent_phase}
+        if heard - first - {5}:
+            assert (set(x.dst for x in retry) - first) <= heard
         assert 5 in rec.backend.group.clients[m.src].state.offline
     for cid in sorted(set(range(8)) - {5}):
         assert {seg: len(p) for seg, p in rec.replies(cid).items()} == {0: 2, 1: 2, 2: 2}
@@ -295,7 +301,8 @@ class KillsMidRound:
 
 def test_a_worker_killed_mid_round_loses_no_round(tmp_path, ray_session):
     # the requests the dead actor never read come back a phase late, and a re-sent one
-    # may hit another dead peer: three retry phases cover both here
+    # may hit another dead peer (they sent requests before dying, so they were heard
+    # from this round): three retry phases cover both here
     cfg = from_dict({**combo(tmp_path, n=8, rounds=4, segments=3, replicas=2, retries=3),
                      "backend": "ray", "ray": {"clients_per_actor": 4}})
     result = run(cfg, KillsMidRound(make_backend(cfg), 1))

@@ -23,8 +23,9 @@ model yet) and minus peers it has marked offline.
 Dynamic workers (paper §4.3):
 * a request to a worker that has gone comes back undeliverable: the requester marks that
   peer offline and sends the request again, in the next phase, to the next peer of π not
-  yet asked for that segment (``retries`` extra phases; a segment still short after them
-  is aggregated from the providers that did answer);
+  yet asked for that segment, preferring peers it has heard from this round (``retries``
+  extra phases; a segment still short after them is aggregated from the providers that
+  did answer);
 * a peer marked offline is skipped until it answers again (a message from it clears the
   mark) or the membership no longer lists it (then the mark is moot);
 * a newcomer registers (the platform lists it as alive from its first round), pulls every
@@ -71,6 +72,7 @@ class ComboState:
     optimizer: torch.optim.Optimizer
     fresh: bool = False  # a newcomer that has not aggregated yet: trains no step, serves none
     offline: set[int] = field(default_factory=set)  # peers whose requests came back
+    heard: set[int] = field(default_factory=set)  # peers that sent something this round
     # within a round (empty between rounds)
     order: list[int] = field(default_factory=list)  # π over the candidates
     cursor: int = 0  # requests drawn from π so far
@@ -136,6 +138,7 @@ class Combo(Strategy[ComboState]):
               ctx: PhaseContext) -> list[Message]:
         cfg, state = self.cfg, client.state
         self._heard_from(state, inbox)
+        state.heard = set()
         if not state.fresh:
             client.stats["loss"] = local_steps(client, state.optimizer, ctx.task,
                                                cfg.local_steps, cfg.batch_size, cfg, ctx.round)
@@ -228,10 +231,11 @@ class Combo(Strategy[ComboState]):
 
     @staticmethod
     def _heard_from(state: ComboState, inbox: list[Message]) -> None:
-        """A peer that sends anything is online again."""
+        """A peer that sends anything is online again (and there this round)."""
         for msg in inbox:
             if not msg.undeliverable:
                 state.offline.discard(msg.src)
+                state.heard.add(msg.src)
 
     @staticmethod
     def _collect(state: ComboState, inbox: list[Message], ctx: PhaseContext) -> None:
@@ -244,11 +248,15 @@ class Combo(Strategy[ComboState]):
     @staticmethod
     def _next_peer(state: ComboState, segment: int) -> int | None:
         """The next peer of π, continuing the round's draw, not yet asked for ``segment``
-        and not marked offline."""
+        and not marked offline; first among the peers heard from this round (a request or
+        a reply proves they are there: with several silent departures, a re-sent request
+        would otherwise risk hitting another one)."""
         m = len(state.order)
-        for k in range(state.cursor, state.cursor + m):
-            peer = state.order[k % m]
-            if peer not in state.asked[segment] and peer not in state.offline:
-                state.cursor = k + 1
-                return peer
+        for known_there in (True, False):
+            for k in range(state.cursor, state.cursor + m):
+                peer = state.order[k % m]
+                if (peer not in state.asked[segment] and peer not in state.offline
+                        and (peer in state.heard or not known_there)):
+                    state.cursor = k + 1
+                    return peer
         return None
