@@ -7,7 +7,7 @@ message handling in one round, without the local steps (the same for both method
    (``params.snapshot``) and mix the 2 received payloads into the model in place
    (``gossip.average_with_neighbours``);
 2. Combo with S segments and R replicas (S = 1, 4, 10; R = 2): flatten the model
-   (``flat_params``), answer S·R segment requests (``Combo.serve``: a slice and a copy per
+   (``params.flat_tensor``), answer S·R segment requests (``Combo.serve``: a slice and a copy per
    request, what a worker serves per round on average), then aggregate every segment from
    itself and R providers in float64 and write it back (``Combo.aggregate``).
 
@@ -41,7 +41,6 @@ from decent.strategies.combo import (
     Combo,
     ComboConfig,
     ComboState,
-    flat_params,
     request_peers,
     segment_bounds,
 )
@@ -140,7 +139,7 @@ def combo_round(client: Client[ComboState], received: list[torch.Tensor], segmen
         client.state = state  # the worker is shared by every row: this row's state
         t0 = time.perf_counter()
         # The part of Combo.local that follows the local steps and touches the model.
-        state.flat = flat_params(client.model)
+        state.flat = params.flat_tensor(client.model)
         state.asked = [list(peers) for peers in asked]
         state.got = [{} for _ in range(segments)]
         t1 = time.perf_counter()
@@ -153,7 +152,7 @@ def combo_round(client: Client[ComboState], received: list[torch.Tensor], segmen
         return [t1 - t0, t2 - t1, t3 - t2, t3 - t0]
 
     client.state = state
-    state.flat = flat_params(client.model)
+    state.flat = params.flat_tensor(client.model)
     state.got = [{} for _ in range(segments)]
     served = combo.serve(client, requests_in, serve_ctx)
     state.flat = None
@@ -173,7 +172,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model = build_causal_lm(CausalLMConfig(), {})
-    own = flat_params(model)
+    own = params.flat_tensor(model)
     d = own.numel()
     # Two received models, shared by both methods: DSGD's two neighbours, and Combo's R = 2
     # providers of every segment (a few model-size copies in all, not one per peer).

@@ -50,3 +50,14 @@ def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
 
     result, vectors = run_capturing(run, cfg, cfg)
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
+
+
+class WrapsBackend:
+    """Stands in for a backend (every attribute read goes to it); subclasses change what
+    ``run_round`` does at round ``round_`` (e.g. kill an actor there)."""
+
+    def __init__(self, backend: Any, round_: int) -> None:
+        self.backend, self.round = backend, round_
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)

@@ -16,7 +16,7 @@ from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import make_backend, run
 from decent.strategies.combo import request_peers, segment_bounds
-from tests.helpers import rows_and_vectors, tiny
+from tests.helpers import WrapsBackend, rows_and_vectors, tiny
 
 D = 64 * 16 + 16 + 16 * 10 + 10  # the digits MLP with one hidden layer of 16: 1 210 values
 
@@ -279,14 +279,8 @@ class KillOnAdvance:
         return self.coordinator.advance
 
 
-class KillsMidRound:
+class KillsMidRound(WrapsBackend):
     """Wraps a RayBackend: kills the actor of clients 4..7 in the middle of ``round_``."""
-
-    def __init__(self, backend, round_):
-        self.backend, self.round = backend, round_
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
 
     def run_round(self, r):
         if r != self.round:

@@ -18,7 +18,7 @@ from decent.platform.config import from_dict
 from decent.platform.evaluation import mean_model
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import make_backend, run
-from tests.helpers import rows_and_vectors, tiny
+from tests.helpers import WrapsBackend, rows_and_vectors, tiny
 
 EVENTS = [{"round": 2, "client": 3, "kind": "crash"}, {"round": 3, "client": 1,
                                                         "kind": "leave"},
@@ -172,14 +172,8 @@ def test_churn_is_the_same_on_both_backends(tmp_path, ray_session):
         np.testing.assert_array_equal(vectors[cid], vec)
 
 
-class KillsAnActor:
+class KillsAnActor(WrapsBackend):
     """Wraps a RayBackend: ray.kill()s the actor hosting clients 4..7 before ``round_``."""
-
-    def __init__(self, backend, round_):
-        self.backend, self.round = backend, round_
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
 
     def run_round(self, r):
         import ray

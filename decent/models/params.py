@@ -34,6 +34,18 @@ def flat_vector(model: torch.nn.Module) -> np.ndarray:
     ).numpy()
 
 
+def flat_tensor(model: torch.nn.Module) -> torch.Tensor:
+    """All trainable parameters as one new tensor at their dtype and device (what a
+    method that cuts the model into segments sends from)."""
+    return torch.cat([p.detach().reshape(-1) for p in trainable_params(model).values()])
+
+
+@torch.no_grad()
+def load_flat_tensor(model: torch.nn.Module, vector: torch.Tensor) -> None:
+    """Inverse of :func:`flat_tensor`."""
+    torch.nn.utils.vector_to_parameters(vector, list(trainable_params(model).values()))
+
+
 @torch.no_grad()
 def load_flat(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Inverse of :func:`flat_vector` (cast to each parameter's dtype)."""

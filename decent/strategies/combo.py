@@ -50,6 +50,7 @@ from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least
+from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
@@ -98,8 +99,9 @@ def request_peers(order: list[int], segments: int, replicas: int) -> list[list[i
     return [[order[(seg * r_eff + r) % m] for r in range(r_eff)] for seg in range(segments)]
 
 
-def flat_params(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+def data_size(client: Client[ComboState]) -> int:
+    """|D_i|: the weight of the client's model in a segment average."""
+    return len(client.data) if client.data is not None else 0
 
 
 class Combo(Strategy[ComboState]):
@@ -144,7 +146,7 @@ class Combo(Strategy[ComboState]):
                                                cfg.local_steps, cfg.batch_size, cfg, ctx.round)
         if ctx.alive is not None:  # the membership knows they are gone: the mark is moot
             state.offline &= set(ctx.alive)
-        state.flat = flat_params(client.model)
+        state.flat = params.flat_tensor(client.model)
         candidates = [j for j in ctx.graph.neighbors[client.cid]
                       if (ctx.alive is None or j in ctx.alive) and j not in ctx.joined
                       and j not in state.offline]
@@ -164,7 +166,7 @@ class Combo(Strategy[ComboState]):
         out = []
         if not state.fresh:  # answer this round's requests (a newcomer is never asked)
             bounds = segment_bounds(state.flat.numel(), self.cfg.segments)
-            size = len(client.data) if client.data is not None else 0
+            size = data_size(client)
             wire = WIRE_DTYPES[self.cfg.wire_dtype]
             for msg in inbox:
                 if msg.tag != PULL or msg.undeliverable or msg.sent_round != ctx.round:
@@ -175,16 +177,15 @@ class Combo(Strategy[ComboState]):
                     "values": state.flat[lo:hi].to(wire, copy=True),
                     "header": np.array([ctx.round, seg, size], dtype=np.int32)}))
         if ctx.step <= self.cfg.retries:  # a later serve phase can still answer
-            for msg in inbox:
-                if msg.tag == PULL and msg.undeliverable and msg.src == client.cid:
-                    state.offline.add(msg.dst)
-            for msg in inbox:
-                if msg.tag == PULL and msg.undeliverable and msg.src == client.cid:
-                    seg = int(msg.payload[1])
-                    peer = self._next_peer(state, seg)
-                    if peer is not None:
-                        state.asked[seg].append(peer)
-                        out.append(self._request(client.cid, peer, seg, ctx.round))
+            bounced = [m for m in inbox
+                       if m.tag == PULL and m.undeliverable and m.src == client.cid]
+            state.offline.update(m.dst for m in bounced)  # all marked before any re-send
+            for msg in bounced:
+                seg = int(msg.payload[1])
+                peer = self._next_peer(state, seg)
+                if peer is not None:
+                    state.asked[seg].append(peer)
+                    out.append(self._request(client.cid, peer, seg, ctx.round))
         return out
 
     @torch.no_grad()
@@ -195,7 +196,7 @@ class Combo(Strategy[ComboState]):
         self._collect(state, inbox, ctx)
         own = state.flat
         assert own is not None
-        own_size = len(client.data) if client.data is not None else 0
+        own_size = data_size(client)
         state.providers = []
         buffer = torch.empty(min(CHUNK, own.numel()), dtype=torch.float64, device=own.device)
         for seg, (lo, hi) in enumerate(segment_bounds(own.numel(), self.cfg.segments)):
@@ -218,8 +219,7 @@ class Combo(Strategy[ComboState]):
                     size, values = parts[j]
                     total.add_(values[a:b], alpha=size)
                 own[lo + a : lo + b] = total.div_(weight)
-        torch.nn.utils.vector_to_parameters(
-            own, [p for p in client.model.parameters() if p.requires_grad])
+        params.load_flat_tensor(client.model, own)
         client.stats["providers"] = float(np.mean([len(p) for p in state.providers]))
         state.fresh = False
         state.flat, state.got, state.asked, state.order = None, [], [], []

@@ -44,7 +44,7 @@ def main() -> None:
         cfg = yaml.safe_load((summary.parent / "config.yaml").read_text())
         s = cfg["strategy"]["segments"]
         times.setdefault(s, []).append(json.loads(summary.read_text())["sim_time_total_s"])
-        hidden = cfg["model"]["hidden"][0]
+        hidden = cfg["model"]["hidden"][0]  # digits MLP 64 → h → 10: d = 64h + h + 10h + 10
         setting = (75 * hidden + 10, cfg["strategy"]["replicas"], cfg["topology"]["n"],
                    cfg["network"]["link_mbps"] * 1e6, cfg["network"]["node_mbps"] * 1e6)
     assert setting is not None, f"no run records under {args.runs}"
