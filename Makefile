@@ -39,3 +39,4 @@ bench: install
 	$(PY) benchmarks/network_solver.py
 	$(PY) benchmarks/checkpoint_cost.py
 	$(PY) benchmarks/combo_segments.py
+	$(PY) benchmarks/spes_memory.py

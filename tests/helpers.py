@@ -61,3 +61,29 @@ class WrapsBackend:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
+
+
+# Methods that run on a star around a server at vertex 0.
+STAR_METHODS = ("fedavg", "diloco", "spes")
+
+
+def moe_lm(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """A tiny-moe language-model config (what SPES needs) on a short Shakespeare slice."""
+    return tiny(tmp_path, **{
+        "task": {"name": "lm", "corpus": "shakespeare", "seq_len": 32, "max_tokens": 20_000,
+                 "partition": "contiguous", "max_eval_sequences": 8},
+        "model": {"name": "causal_lm", "path": "tiny-moe"},
+        **sections})
+
+
+def method_config(tmp_path: Path, name: str, n: int, **sections: Any) -> dict[str, Any]:
+    """A small config any strategy ``name`` runs: a star for the server methods, a ring
+    otherwise, and the tiny MoE language model for SPES."""
+    topology = {"name": "star" if name in STAR_METHODS else "ring", "n": n}
+    strategy = {"name": name}
+    if name == "spes":
+        strategy.update(local_steps=2, batch_size=4, merge_warmup_steps=0)
+    strategy.update(sections.pop("strategy", {}))
+    if name == "spes":
+        return moe_lm(tmp_path, topology=topology, strategy=strategy, **sections)
+    return tiny(tmp_path, topology=topology, strategy=strategy, **sections)

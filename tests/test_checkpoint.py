@@ -22,7 +22,7 @@ from decent.platform.cli import main
 from decent.platform.config import from_dict
 from decent.platform.runner import resume, run
 from decent.strategies.registry import STRATEGIES
-from tests.helpers import run_capturing, tiny
+from tests.helpers import STAR_METHODS, method_config, run_capturing, tiny
 
 VOLATILE = {"wall_s"}
 
@@ -44,13 +44,13 @@ def stopped_copy(run_dir: Path) -> Path:
 
 
 def config(tmp_path, name, **extra):
-    topology = {"name": "star", "n": 5} if name in ("fedavg", "diloco") else \
-        {"name": "ring", "n": 6}
-    strategy = {"name": name}
+    strategy = {}
     if name == "seedflood":  # delayed flooding and subspace refreshes across the checkpoint
         strategy.update(hops=1, refresh_every=2)
-    return tiny(tmp_path, rounds=6, topology=topology, strategy=strategy,
-                checkpoint={"every": 2}, **extra)
+    if name == "spes":  # merges across the checkpoint
+        strategy.update(merge_warmup_steps=10, merge_every=2, merge_top_k=2)
+    return method_config(tmp_path, name, 5 if name in STAR_METHODS else 6, rounds=6,
+                         strategy=strategy, checkpoint={"every": 2}, **extra)
 
 
 @pytest.mark.parametrize("name", STRATEGIES.names)

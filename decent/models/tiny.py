@@ -14,6 +14,13 @@ milliseconds on one CPU core. Shapes:
   every MLP is routed (no shared expert, unlike ``Qwen2MoeForCausalLM``) and attention has no
   biases, so "shared" parameters are exactly attention, norms, routers and embeddings.
 
+Two larger random MoE models of the same ``OlmoeForCausalLM`` class serve MoE pretraining
+runs on a CPU (SPES): ``small-moe`` (4 layers, hidden 128, 16 experts of intermediate 128,
+top-2; 3.4 M parameters, 92 % of them in experts) for experiments, and ``moe-300m`` (12
+layers, hidden 512, 16 experts of intermediate 1024, top-2; 315 M parameters), sized to show
+per-node training memory on this class of machine. OLMoE-1B-7B itself is
+``allenai/OLMoE-1B-7B-0924`` on the hub (64 experts, top-8).
+
 All use the byte tokenizer of :mod:`decent.models.byte_tokenizer` (vocabulary 260).
 Initialisation draws from torch's global generator only, so ``torch.manual_seed(s)`` before
 :func:`build_tiny` gives the same weights every time.
@@ -30,7 +37,7 @@ from decent.models.byte_tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-TINY_ALIASES = ("tiny-llama", "tiny-opt", "tiny-moe")
+TINY_ALIASES = ("tiny-llama", "tiny-opt", "tiny-moe", "small-moe", "moe-300m")
 
 _HIDDEN = 64
 _LAYERS = 2
@@ -41,6 +48,14 @@ _MAX_POSITIONS = 512  # plenty for test prompts; only OPT's learned position tab
 _EXPERTS = 4
 _TOP_K = 2
 _EXPERT_INTERMEDIATE = 64
+
+# (hidden, layers, heads, kv heads, experts, expert intermediate) of the random MoE sizes;
+# top-2 routing as OLMoE's ablations and SPES's models
+_MOE_SHAPES = {
+    "tiny-moe": (_HIDDEN, _LAYERS, _HEADS, _KV_HEADS, _EXPERTS, _EXPERT_INTERMEDIATE),
+    "small-moe": (128, 4, 4, 2, 16, 128),
+    "moe-300m": (512, 12, 8, 4, 16, 1024),
+}
 
 _TOKEN_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
@@ -74,17 +89,18 @@ def tiny_config(alias: str) -> PretrainedConfig:
             max_position_embeddings=_MAX_POSITIONS,
             **_TOKEN_IDS,
         )
-    if alias == "tiny-moe":
+    if alias in _MOE_SHAPES:
         from transformers import OlmoeConfig
 
+        hidden, layers, heads, kv_heads, experts, inter = _MOE_SHAPES[alias]
         return OlmoeConfig(
             vocab_size=VOCAB_SIZE,
-            hidden_size=_HIDDEN,
-            intermediate_size=_EXPERT_INTERMEDIATE,
-            num_hidden_layers=_LAYERS,
-            num_attention_heads=_HEADS,
-            num_key_value_heads=_KV_HEADS,
-            num_experts=_EXPERTS,
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            num_experts=experts,
             num_experts_per_tok=_TOP_K,
             max_position_embeddings=_MAX_POSITIONS,
             **_TOKEN_IDS,

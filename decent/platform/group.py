@@ -226,6 +226,7 @@ class ClientGroup:
         """The client's own model tensors: everything not shared with the process's base
         model (frozen weights are stored once, by the process, when they can change)."""
         shared = {t.data_ptr() for t in self.base_model.state_dict().values()}
+        shared.update(t.data_ptr() for t in self.strategy.shared_tensors(self.shared))
         return {name: t for name, t in client.model.state_dict().items()
                 if t.data_ptr() not in shared}
 
@@ -268,3 +269,4 @@ class ClientGroup:
             client.rng_states = restore({}, saved["rng_states"])
             if saved["attack"] is not None:
                 restore(self.attacks[cid], saved["attack"], self.device)
+        self.strategy.restored(list(self.clients.values()), self.shared)

@@ -173,6 +173,16 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         (SeedFlood folds its subspace into them): a checkpoint must then store them."""
         return False
 
+    def shared_tensors(self, shared: Any) -> list[torch.Tensor]:
+        """Tensors of ``shared`` that hosted clients' models use as their own parameters
+        (SPES's frozen experts): a checkpoint stores them once, with ``shared``, rather than
+        once per client."""
+        return []
+
+    def restored(self, clients: Sequence[Client[StateT]], shared: Any) -> None:
+        """After a checkpoint was loaded into ``clients`` and ``shared``: re-establish what
+        values alone do not carry (which shared tensors a client's model uses)."""
+
     def begin_phase(self, ctx: PhaseContext, clients: Sequence[Client[StateT]]) -> None:
         """Work shared by the clients hosted in one process, before they run ``ctx.phase``
         (e.g. refreshing a subspace held once per process)."""

@@ -14,6 +14,7 @@ momentum 0.9 is DiLoCo's outer loop (Douillard et al., 2023).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,18 +34,30 @@ SERVER = 0
 
 
 @dataclass
-class FedAvgConfig(LocalTrainingConfig):
-    name: str = "fedavg"
+class OuterStepConfig(LocalTrainingConfig):
+    """The server's outer optimiser: SGD on the mean pseudo-gradient (lr 1: FedAvg)."""
+
     outer_lr: float = positive(1.0)
     outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)
     outer_nesterov: bool = False
-    # Upload compression (the broadcast stays dense): identity by default.
-    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
         if self.outer_nesterov and self.outer_momentum <= 0:
             raise ConfigError(f"{prefix}.outer_nesterov", "Nesterov needs outer_momentum > 0")
+
+
+def outer_optimizer(parameters: Iterable[torch.Tensor],
+                    cfg: OuterStepConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(parameters, lr=cfg.outer_lr, momentum=cfg.outer_momentum,
+                           nesterov=cfg.outer_nesterov)
+
+
+@dataclass
+class FedAvgConfig(OuterStepConfig):
+    name: str = "fedavg"
+    # Upload compression (the broadcast stays dense): identity by default.
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
 
 @dataclass
@@ -57,21 +70,19 @@ class FedAvgState:
     feedback: ErrorFeedback | None = None
 
 
-class FedAvg(Strategy[FedAvgState]):
-    name = "fedavg"
-    Config = FedAvgConfig
-    State = FedAvgState
+class ServerStar:
+    """What the methods with a server at vertex 0 of a star share: the graph they accept,
+    who holds data (the workers) and who may leave (the workers)."""
 
-    def __init__(self, cfg: FedAvgConfig, graph: GraphFacts) -> None:
-        super().__init__(cfg, graph)
+    name: str
+    n: int
+
+    def require_star(self, graph: GraphFacts) -> None:
         if not graph.is_star(SERVER):
             raise ConfigError(
                 "topology.name",
                 f"{self.name} runs on a star (server at vertex 0); got '{graph.name}'",
             )
-        self.compressor = build_compressor(cfg.compression)
-        # Uncompressed uploads stay plain tensors (the FedAvg of the paper, bit for bit).
-        self.encoded = cfg.compression.name != "identity" or cfg.compression.error_feedback
 
     def data_holders(self) -> list[int]:
         return [cid for cid in range(self.n) if cid != SERVER]
@@ -79,13 +90,29 @@ class FedAvg(Strategy[FedAvgState]):
     def phases(self, round_: int) -> tuple[str, ...]:
         return ("local", "aggregate", "sync")
 
+    def churn_problem(self, client: int, kind: str) -> str | None:
+        if client == SERVER:
+            return "the server (client 0) holds the global model; workers may come and go"
+        return None
+
+
+class FedAvg(ServerStar, Strategy[FedAvgState]):
+    name = "fedavg"
+    Config = FedAvgConfig
+    State = FedAvgState
+
+    def __init__(self, cfg: FedAvgConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
+        self.require_star(graph)
+        self.compressor = build_compressor(cfg.compression)
+        # Uncompressed uploads stay plain tensors (the FedAvg of the paper, bit for bit).
+        self.encoded = cfg.compression.name != "identity" or cfg.compression.error_feedback
+
     def init_state(self, client: Client[FedAvgState], shared: Any) -> FedAvgState:
         cfg = self.cfg
         if client.cid == SERVER:
-            return FedAvgState(outer=torch.optim.SGD(
-                params.trainable_params(client.model).values(),
-                lr=cfg.outer_lr, momentum=cfg.outer_momentum, nesterov=cfg.outer_nesterov,
-            ))
+            return FedAvgState(outer=outer_optimizer(
+                params.trainable_params(client.model).values(), cfg))
         return FedAvgState(
             optimizer=make_optimizer(client.model, cfg),
             feedback=ErrorFeedback(self.compressor) if cfg.compression.error_feedback else None,
@@ -109,11 +136,6 @@ class FedAvg(Strategy[FedAvgState]):
         else:
             wire = delta
         return [Message(client.cid, SERVER, "delta", wire)]
-
-    def churn_problem(self, client: int, kind: str) -> str | None:
-        if client == SERVER:
-            return "the server (client 0) holds the global model; workers may come and go"
-        return None
 
     def aggregate(self, client: Client[FedAvgState], inbox: list[Message],
                   ctx: PhaseContext) -> list[Message]:

@@ -10,6 +10,7 @@ import torch
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive
+from decent.models.router_losses import RouterLogits, RouterLossConfig
 from decent.strategies.base import Client
 from decent.tasks.base import Task
 
@@ -60,6 +61,8 @@ class LocalTrainingConfig:
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
     weight_decay: float = at_least(0, 0.0)
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+    # MoE models: the router's load-balancing and z-loss terms (ignored by dense models)
+    router_loss: RouterLossConfig = field(default_factory=RouterLossConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
         if self.optimizer == "adamw" and self.momentum > 0:
@@ -91,20 +94,40 @@ def local_steps(
     """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
     generator; the mean training loss. The steps are charged to the client's compute
     time (:meth:`Client.count_steps`). With ``cfg`` given and its ``lr_schedule`` active,
-    step i of round ``round_`` runs at lr · factor(round_ · steps + i)."""
+    step i of round ``round_`` runs at lr · factor(round_ · steps + i); with its
+    ``router_loss`` on and an MoE model, each step minimises the task loss plus the router
+    terms, whose means are recorded as the client's ``balance_loss`` and ``z_loss`` (the
+    returned mean is the task loss alone)."""
     model, data, generator = client.model, client.data, client.generator
     client.count_steps(steps)
     model.train()
     schedule = cfg.lr_schedule if cfg is not None and cfg.lr_schedule.active else None
-    total = 0.0
+    router = cfg.router_loss if cfg is not None and cfg.router_loss.active else None
+    # the routers are found once; a dense model has none and trains on the task loss
+    capture = RouterLogits(model) if router is not None else None
+    if capture is not None and not capture.found:
+        capture = None
+    total, balance, z = 0.0, 0.0, 0.0
     for i in range(steps):
         if schedule is not None:
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr * schedule.factor(round_ * steps + i)  # type: ignore[union-attr]
         batch = data.sample(batch_size, generator)
         optimizer.zero_grad(set_to_none=True)
-        loss = task.loss(model, batch)
-        loss.backward()
+        if capture is None:
+            loss = objective = task.loss(model, batch)
+        else:
+            with capture:
+                loss = task.loss(model, batch)
+            b, zl = capture.balance_loss(), capture.z_loss()
+            objective = loss + router.balance * b + router.z * zl  # type: ignore[union-attr]
+            balance, z = balance + float(b.detach()), z + float(zl.detach())
+        objective.backward()
         optimizer.step()
         total += float(loss.detach())
+    if capture is not None:
+        if router.balance > 0:  # type: ignore[union-attr]
+            client.stats["balance_loss"] = balance / steps
+        if router.z > 0:  # type: ignore[union-attr]
+            client.stats["z_loss"] = z / steps
     return total / steps

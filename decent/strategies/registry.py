@@ -13,8 +13,9 @@ from decent.strategies.gasloc import GASLoC
 from decent.strategies.mezo import MeZO
 from decent.strategies.seed_gossip import SeedGossip
 from decent.strategies.seedflood import SeedFlood
+from decent.strategies.spes import SPES
 
 STRATEGIES = Registry("strategy")
 for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip,
-             Combo):
+             Combo, SPES):
     STRATEGIES.register(_cls.name, _cls.Config, _cls)

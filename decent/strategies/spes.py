@@ -1,0 +1,333 @@
+"""SPES — sparse expert synchronisation for MoE pretraining (Zhang et al.).
+
+A star: the server is vertex 0, the N workers 1..N hold the data. The model's parameters
+are the shared φ (embeddings, attention, norms, routers, head) and the experts {E_e}; the
+experts are split into disjoint sets P_1..P_N, one per worker (expert e of every layer goes
+to the same worker). Round r:
+
+  1. worker i starts from the global model and runs H inner AdamW steps on its data,
+     updating φ and its own experts P_i only: every other expert is frozen — no gradient,
+     no optimiser state — and held once per process for all the workers it hosts;
+     the loss is cross-entropy + balance · load-balancing loss + z · router z-loss;
+  2. worker i uploads Δφ_i = φ − φ_i and its experts {E_e : e ∈ P_i}      (never the rest);
+  3. the server sets the mean Δφ as the gradient of φ for one outer SGD step (lr 1:
+     φ ← mean φ_i; Nesterov optional) and assigns E_e ← E_e of its owner;
+  4. expert-merging warm-up: after the sync that ends inner step t = (r + 1)·H, if
+     t < T_w and M divides t, every layer's experts are merged with their top-K most
+     similar peers, E_e ← E_e + α_t Σ_{k∈TopK(e)} (E_k − E_e), α_t = α_0 (1 − t/T_w)
+     (:mod:`decent.models.expert_merging`);
+  5. the server broadcasts the global model (φ and every expert).
+
+Bytes per round: up 4·(|φ| + |P_i|) per worker, down 4·d per worker; DiLoCo moves 4·d both
+ways. Defaults are the paper's: AdamW (here lr 4e-4, weight decay 0.1 as DiLoCo's),
+T_w = 12 500, M = 500, α_0 = 0.1, K = 4, and OLMoE's router coefficients (0.01, 0.001).
+
+The frozen experts of a process's workers are the global model's: one copy per version
+of the global model some hosted worker still holds (one version, unless a fault kept a
+broadcast from a worker), keyed by the round the broadcast was sent in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts
+from decent.core.messages import Message
+from decent.core.schema import at_least, in_range, one_of, positive
+from decent.models.expert_merging import merge_layer
+from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
+from decent.models.router_losses import RouterLossConfig
+from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.fedavg import SERVER, OuterStepConfig, ServerStar, outer_optimizer
+from decent.strategies.gossip import newest_per_neighbour
+from decent.strategies.local_training import OPTIMIZERS, local_steps, make_optimizer
+
+PARTITIONS = ("contiguous", "round_robin", "explicit")
+INITIAL = -1  # version key of the initial model's experts
+
+
+@dataclass
+class SPESConfig(OuterStepConfig):
+    name: str = "spes"
+    local_steps: int = at_least(1, 50)
+    optimizer: str = one_of(OPTIMIZERS, "adamw")
+    lr: float = positive(4e-4)
+    weight_decay: float = at_least(0, 0.1)
+    # expert e → worker: contiguous blocks (e·N // E), round robin (e mod N), or the
+    # client ids listed in expert_owner (one per expert index)
+    partition: str = one_of(PARTITIONS, "contiguous")
+    expert_owner: list[int] = at_least(1, [], each=True)
+    merge_warmup_steps: int = at_least(0, 12_500)  # T_w in inner steps; 0: no merging
+    merge_every: int = at_least(1, 500)  # M, a multiple of local_steps
+    merge_alpha: float = in_range(0.1, 0, 1)  # α_0
+    merge_top_k: int = at_least(1, 4)  # K
+    merge_normalise: bool = False  # α/K · Σ instead of α · Σ
+    router_loss: RouterLossConfig = field(
+        default_factory=lambda: RouterLossConfig(balance=0.01, z=0.001))
+
+    def validate(self, prefix: str = "strategy") -> None:
+        super().validate(prefix)
+        if self.partition == "explicit" and not self.expert_owner:
+            raise ConfigError(f"{prefix}.expert_owner",
+                              "partition=explicit needs the owner (a worker id) of every expert")
+        if self.partition != "explicit" and self.expert_owner:
+            raise ConfigError(f"{prefix}.expert_owner",
+                              f"is only read with partition=explicit (got {self.partition!r})")
+        if self.merge_warmup_steps > 0 and self.merge_every % self.local_steps:
+            raise ConfigError(f"{prefix}.merge_every",
+                              f"experts merge at a sync: must be a multiple of local_steps "
+                              f"({self.local_steps}); got {self.merge_every}")
+
+
+@dataclass
+class FrozenExperts:
+    """A process's copies of the global experts its workers hold frozen: name → tensor per
+    version, and which version each hosted worker holds."""
+
+    versions: dict[int, dict[str, torch.Tensor]]
+    holders: dict[int, int] = field(default_factory=dict)
+    next_key: int = INITIAL - 1  # keys for versions made by a bootstrap
+
+
+@dataclass
+class SPESProcess:
+    """What the clients of one process share: the expert layout and the frozen experts."""
+
+    expert_names: dict[int, list[str]]  # expert index → its parameters in every layer
+    owner: dict[int, int]  # expert index → worker id
+    phi_names: list[str]
+    frozen: FrozenExperts
+
+    def own(self, cid: int) -> list[str]:
+        return [n for e, o in self.owner.items() if o == cid for n in self.expert_names[e]]
+
+    def all_experts(self) -> list[str]:
+        return [n for e in sorted(self.expert_names) for n in self.expert_names[e]]
+
+    def frozen_of(self, cid: int) -> frozenset[str]:
+        """The experts worker ``cid`` holds frozen: every one it does not own."""
+        return frozenset(self.all_experts()) - frozenset(self.own(cid))
+
+
+@dataclass
+class SPESState:
+    """The server holds the outer optimiser over φ; a worker its inner optimiser over φ
+    and its own experts."""
+
+    outer: torch.optim.Optimizer | None = None
+    optimizer: torch.optim.Optimizer | None = None
+
+
+class SPES(ServerStar, Strategy[SPESState]):
+    name = "spes"
+    Config = SPESConfig
+    State = SPESState
+
+    def __init__(self, cfg: SPESConfig, graph: GraphFacts) -> None:
+        super().__init__(cfg, graph)
+        self.require_star(graph)
+        workers = self.data_holders()
+        stray = sorted({o for o in cfg.expert_owner if o not in workers})
+        if stray:
+            raise ConfigError("strategy.expert_owner",
+                              f"owners must be worker ids 1..{self.n - 1}; got {stray}")
+
+    # ------------------------------------------------------------------ the partition
+    def owners(self, experts: int) -> dict[int, int]:
+        """Expert index → the worker that trains it (every expert exactly once)."""
+        workers, cfg = self.data_holders(), self.cfg
+        if cfg.partition == "explicit":
+            if len(cfg.expert_owner) != experts:
+                raise ConfigError("strategy.expert_owner",
+                                  f"the model has {experts} experts per layer: list one owner "
+                                  f"for each (got {len(cfg.expert_owner)})")
+            return dict(enumerate(cfg.expert_owner))
+        if cfg.partition == "round_robin":
+            return {e: workers[e % len(workers)] for e in range(experts)}
+        return {e: workers[e * len(workers) // experts] for e in range(experts)}
+
+    # ------------------------------------------------------------------ set-up
+    def init_process(self, model: torch.nn.Module) -> SPESProcess:
+        names = expert_parameter_names(model)
+        if not names:
+            raise ConfigError("model.path", "spes trains a mixture-of-experts model (e.g. "
+                              "tiny-moe, small-moe); this model has no experts")
+        if any(not p.requires_grad for p in model.parameters()):
+            raise ConfigError("model.lora.enabled", "spes trains whole experts: turn LoRA off")
+        per_layer = len(names)
+        if self.cfg.merge_warmup_steps > 0 and self.cfg.merge_top_k >= per_layer:
+            raise ConfigError("strategy.merge_top_k",
+                              f"must be below the {per_layer} experts per layer")
+        live = dict(model.named_parameters())
+        process = SPESProcess(names, self.owners(per_layer), shared_parameter_names(model),
+                              FrozenExperts({}))
+        for name in process.all_experts():  # the replicas share the frozen ones
+            live[name].requires_grad_(False)
+        process.frozen.versions[INITIAL] = {n: live[n] for n in process.all_experts()}
+        return process
+
+    def init_state(self, client: Client[SPESState], shared: SPESProcess) -> SPESState:
+        if client.cid == SERVER:  # the global model: a private copy of every expert
+            _privatise(client.model, shared.all_experts(), trainable=False)
+            live = dict(client.model.named_parameters())
+            return SPESState(outer=outer_optimizer([live[n] for n in shared.phi_names],
+                                                   self.cfg))
+        _privatise(client.model, shared.own(client.cid), trainable=True)
+        shared.frozen.holders.setdefault(client.cid, INITIAL)
+        return SPESState(optimizer=make_optimizer(client.model, self.cfg))
+
+    def init_eval_state(self, client: Client[SPESState], shared: SPESProcess) -> SPESState:
+        # the global average is loaded into the initial model: its experts must not be
+        # the frozen ones the workers read
+        _privatise(client.model, shared.all_experts(), trainable=False)
+        return SPESState()
+
+    # ------------------------------------------------------------------ the round
+    def local(self, client: Client[SPESState], inbox: list[Message],
+              ctx: PhaseContext) -> list[Message]:
+        if client.cid == SERVER:
+            return []
+        shared: SPESProcess = ctx.shared
+        live = dict(client.model.named_parameters())
+        start = {n: live[n].detach().clone() for n in shared.phi_names}
+        client.stats["loss"] = local_steps(client, client.state.optimizer, ctx.task,
+                                           self.cfg.local_steps, self.cfg.batch_size,
+                                           self.cfg, ctx.round)
+        upload = {n: start[n] - live[n].detach() for n in shared.phi_names}  # Δφ_i
+        upload.update({n: live[n].detach().clone() for n in shared.own(client.cid)})
+        return [Message(client.cid, SERVER, "update", upload)]
+
+    @torch.no_grad()
+    def aggregate(self, client: Client[SPESState], inbox: list[Message],
+                  ctx: PhaseContext) -> list[Message]:
+        if client.cid != SERVER:
+            return []
+        shared: SPESProcess = ctx.shared
+        live = dict(client.model.named_parameters())
+        arrived = newest_per_neighbour(client, inbox, ctx, tag="update")
+        if arrived:  # φ: one outer step on the mean Δφ (under faults, of those that came)
+            for name in shared.phi_names:
+                live[name].grad = sum(m.payload[name] for m in arrived.values()) / len(arrived)
+            client.state.outer.step()
+            for src, msg in arrived.items():  # each expert from its owner
+                for name in shared.own(src):
+                    live[name].copy_(msg.payload[name])
+        alpha = self.merge_strength(ctx.round)
+        if alpha > 0:
+            for layer in client.model.modules():
+                if isinstance(layer, SplitExperts):
+                    merge_layer(layer, self.cfg.merge_top_k, alpha, self.cfg.merge_normalise)
+            client.stats["merge_alpha"] = alpha
+        snapshot = {n: p.detach().clone() for n, p in live.items()}
+        return self.to_neighbours(client, ctx, "global", snapshot)
+
+    def merge_strength(self, round_: int) -> float:
+        """α_t after the sync that ends inner step t = (round + 1)·H; 0 when no merge is due."""
+        cfg = self.cfg
+        t = (round_ + 1) * cfg.local_steps
+        if t >= cfg.merge_warmup_steps or t % cfg.merge_every:
+            return 0.0
+        return cfg.merge_alpha * (1 - t / cfg.merge_warmup_steps)
+
+    @torch.no_grad()
+    def sync(self, client: Client[SPESState], inbox: list[Message], ctx: PhaseContext) -> None:
+        msg = newest_per_neighbour(client, inbox, ctx, tag="global").get(SERVER)
+        if msg is None:  # lost: the worker keeps the model it has
+            return
+        shared: SPESProcess = ctx.shared
+        frozen = shared.frozen
+        if msg.sent_round not in frozen.versions:  # the first hosted worker to receive it
+            frozen.versions[msg.sent_round] = {
+                n: torch.nn.Parameter(msg.payload[n].clone(), requires_grad=False)
+                for n in shared.all_experts()}
+        self._hold(client, shared, msg.sent_round)
+        _load(client.model, msg.payload, skip=shared.frozen_of(client.cid))
+
+    # ------------------------------------------------------------------ frozen experts
+    def _hold(self, client: Client[SPESState], shared: SPESProcess, key: int) -> None:
+        """Point the worker's frozen experts at version ``key``; forget versions nobody
+        holds any more."""
+        frozen = shared.frozen
+        version = frozen.versions[key]
+        for name in sorted(shared.frozen_of(client.cid)):
+            if not isinstance(version[name], torch.nn.Parameter):  # restored from disk
+                version[name] = torch.nn.Parameter(version[name], requires_grad=False)
+            _set_parameter(client.model, name, version[name])
+        frozen.holders[client.cid] = key
+        for stale in set(frozen.versions) - set(frozen.holders.values()):
+            del frozen.versions[stale]
+
+    def shared_tensors(self, shared: SPESProcess) -> list[torch.Tensor]:
+        return [t for version in shared.frozen.versions.values() for t in version.values()]
+
+    def restored(self, clients: Sequence[Client[SPESState]], shared: SPESProcess) -> None:
+        for client in clients:
+            if client.cid in shared.frozen.holders:
+                self._hold(client, shared, shared.frozen.holders[client.cid])
+
+    def bootstrap(self, client: Client[SPESState], vector: np.ndarray | None,
+                  shared: SPESProcess) -> None:
+        """A joining worker: fresh optimiser; its private tensors from ``vector``, its
+        frozen experts the process's version equal to ``vector``'s, or a new one."""
+        client.state = self.init_state(client, shared)
+        if vector is None:
+            return
+        values = _unflatten(client.model, vector)
+        frozen = shared.frozen
+        experts = shared.all_experts()
+        key = next((k for k, version in frozen.versions.items()
+                    if all(torch.equal(version[n], values[n]) for n in experts)), None)
+        if key is None:
+            key, frozen.next_key = frozen.next_key, frozen.next_key - 1
+            frozen.versions[key] = {n: torch.nn.Parameter(values[n], requires_grad=False)
+                                    for n in experts}
+        self._hold(client, shared, key)
+        _load(client.model, values, skip=shared.frozen_of(client.cid))
+
+    # ------------------------------------------------------------------ the model vector
+    def state_vector(self, client: Client[SPESState]) -> np.ndarray:
+        """Every parameter, φ and all experts, in the model's order (the same for every
+        client, whichever experts it trains)."""
+        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64)
+                          for p in client.model.parameters()]).numpy()
+
+    def load_state_vector(self, client: Client[SPESState], vector: np.ndarray) -> None:
+        """Into a model whose every parameter is its own (the server, the evaluated global
+        average); a joining worker goes through :meth:`bootstrap`."""
+        _load(client.model, _unflatten(client.model, vector))
+
+
+def _set_parameter(model: torch.nn.Module, name: str, value: torch.nn.Parameter) -> None:
+    module, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(module), attr, value)
+
+
+def _privatise(model: torch.nn.Module, names: list[str], trainable: bool) -> None:
+    """Give the model its own copy of the parameters ``names`` (they may be shared)."""
+    live = dict(model.named_parameters())
+    for name in names:
+        _set_parameter(model, name, torch.nn.Parameter(live[name].detach().clone(),
+                                                       requires_grad=trainable))
+
+
+@torch.no_grad()
+def _load(model: torch.nn.Module, values: dict[str, torch.Tensor],
+          skip: frozenset[str] = frozenset()) -> None:
+    """Copy ``values`` into the model's parameters but those named in ``skip``."""
+    for name, p in model.named_parameters():
+        if name not in skip:
+            p.copy_(values[name])
+
+
+def _unflatten(model: torch.nn.Module, vector: np.ndarray) -> dict[str, torch.Tensor]:
+    out, offset = {}, 0
+    for name, p in model.named_parameters():
+        chunk = torch.tensor(vector[offset: offset + p.numel()])
+        out[name] = chunk.reshape(p.shape).to(p.dtype, copy=True).to(p.device)
+        offset += p.numel()
+    return out

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Every SPES pretraining result in the README (with the virtual environment active, as for
+# every `decent` command): SPES, SPES without the merging warm-up, DiLoCo and FedAvg on
+# 4 and 8 workers, 3 seeds each, two runs at a time; then the report. The records of the
+# runs quoted in the README are in runs/ beside this script.
+#   bash experiments/spes/run_all.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT_DIR:-runs/spes}"
+jobs="${JOBS:-2}"
+
+arms() {  # one line of `decent run` arguments per run
+  for seed in 0 1 2; do
+    for n in 4 8; do
+      common="seed=$seed topology.n=$((n + 1)) tracking.out_dir=$out tracking.progress=false"
+      echo "$here/shakespeare.yaml $common name=spes-n$n-s$seed"
+      echo "$here/shakespeare.yaml $common name=spes-nowarmup-n$n-s$seed strategy.merge_warmup_steps=0"
+      echo "$here/shakespeare_diloco.yaml $common name=diloco-n$n-s$seed"
+      echo "$here/shakespeare_diloco.yaml $common name=fedavg-n$n-s$seed strategy.name=fedavg"
+    done
+  done
+}
+arms | xargs -P "$jobs" -L 1 decent run >/dev/null
+decent report "$out" --by strategy.name,strategy.merge_warmup_steps,topology.n \
+    --metric gmp_loss --out "$here/report"

@@ -1,0 +1,361 @@
+"""SPES: the expert partition, frozen experts (untouched by training, no optimiser state,
+one copy per process and per version of the global model), the server's aggregation and
+assignment against the uploads that crossed the router, the merging warm-up against its
+formula and schedule, the router losses against their definitions, bytes per round in
+closed form, bad settings, a newcomer, and both backends under lost broadcasts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from decent.core.errors import ConfigError
+from decent.models.expert_merging import merge_layer, merged, most_similar
+from decent.models.experts import ExpertMLP, SplitExperts
+from decent.models.router_losses import RouterLogits
+from decent.platform.cli import main
+from decent.platform.config import from_dict
+from decent.platform.local_backend import LocalBackend
+from decent.platform.plan import build_plan
+from decent.strategies.spes import SERVER
+from tests.helpers import moe_lm, rows_and_vectors
+
+# tiny-moe: 2 layers of 4 experts, each gate/up/down of 64 × 64 (no biases)
+LAYERS, EXPERTS, HIDDEN, INTER = 2, 4, 64, 64
+EXPERT_VALUES = 3 * HIDDEN * INTER  # one expert of one layer
+
+
+def spes(tmp_path, n=5, rounds=2, sections=None, **strategy):
+    """A SPES config; ``strategy`` overrides strategy fields, ``sections`` whole sections."""
+    return moe_lm(tmp_path, rounds=rounds, topology={"name": "star", "n": n},
+                  strategy={"name": "spes", "local_steps": 3, "batch_size": 4, "lr": 3e-3,
+                            "merge_warmup_steps": 0, **strategy},
+                  eval={"every": 1, "per_client": False}, **(sections or {}))
+
+
+def experts_of(model, e):
+    return [n for n, _ in model.named_parameters() if f".experts.{e}." in n]
+
+
+# ---------------------------------------------------------------------------- partition
+@pytest.mark.parametrize("partition", ["contiguous", "round_robin"])
+@pytest.mark.parametrize(("experts", "workers"), [(4, 4), (16, 4), (16, 3), (4, 8), (16, 16)])
+def test_every_expert_is_owned_exactly_once(tmp_path, partition, experts, workers):
+    strategy = build_plan(from_dict(spes(tmp_path, n=workers + 1, partition=partition))).strategy
+    owner = strategy.owners(experts)
+    assert sorted(owner) == list(range(experts))
+    assert set(owner.values()) <= set(range(1, workers + 1))
+    counts = [list(owner.values()).count(w) for w in range(1, workers + 1)]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == experts
+    if partition == "round_robin":
+        assert [owner[e] for e in range(experts)] == [1 + e % workers for e in range(experts)]
+    else:  # contiguous blocks in worker order
+        assert [owner[e] for e in range(experts)] == sorted(owner.values())
+
+
+def test_workers_train_exactly_the_experts_the_partition_gives_them(tmp_path):
+    backend = LocalBackend(from_dict(spes(tmp_path, n=3, partition="explicit",
+                                          expert_owner=[2, 1, 1, 2])))
+    for cid, own in ((1, {1, 2}), (2, {0, 3})):
+        model = backend.group.clients[cid].model
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        experts = {n for e in range(EXPERTS) for n in experts_of(model, e)}
+        assert trainable & experts == {n for e in own for n in experts_of(model, e)}
+        assert trainable - experts == set(backend.group.shared.phi_names)
+    backend.close()
+
+
+@pytest.mark.parametrize(("strategy", "field"), [
+    ({"partition": "explicit"}, "strategy.expert_owner"),
+    ({"expert_owner": [1, 1, 2, 2]}, "strategy.expert_owner"),
+    ({"partition": "explicit", "expert_owner": [1, 1, 2, 5]}, "strategy.expert_owner"),
+    ({"partition": "explicit", "expert_owner": [1, 2]}, "strategy.expert_owner"),
+    ({"merge_warmup_steps": 30, "merge_every": 4}, "strategy.merge_every"),
+    ({"merge_warmup_steps": 30, "merge_every": 6, "merge_top_k": 4}, "strategy.merge_top_k"),
+])
+def test_a_bad_setting_is_one_line_and_writes_nothing(tmp_path, capsys, strategy, field):
+    cfg = spes(tmp_path, n=3, **strategy)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert field in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_dense_model_or_a_ring_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        LocalBackend(from_dict({**spes(tmp_path),
+                                "model": {"name": "causal_lm", "path": "tiny-llama"}}))
+    assert err.value.field == "model.path"
+    with pytest.raises(ConfigError) as err:
+        build_plan(from_dict({**spes(tmp_path), "topology": {"name": "ring", "n": 5}}))
+    assert err.value.field == "topology.name"
+
+
+# ---------------------------------------------------------------------------- frozen experts
+def test_local_training_leaves_frozen_experts_bit_for_bit_and_trains_own(tmp_path):
+    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    group, shared = backend.group, backend.group.shared
+    before = {cid: {n: p.detach().clone() for n, p in c.model.named_parameters()}
+              for cid, c in group.clients.items()}
+    group.run_phase(0, 0, "local", {})
+    for cid in range(1, 5):
+        client = group.clients[cid]
+        live = dict(client.model.named_parameters())
+        own = set(shared.own(cid))
+        assert len(own) == LAYERS * 3  # one expert per worker: gate, up, down per layer
+        for name in shared.frozen_of(cid):
+            assert torch.equal(live[name], before[cid][name]), name
+            assert live[name].grad is None and not live[name].requires_grad
+        for name in own | set(shared.phi_names):
+            assert not torch.equal(live[name], before[cid][name]), name
+        # the optimiser holds state for exactly φ and the worker's own experts
+        optimizer = client.state.optimizer
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        expected = {id(live[n]) for n in own | set(shared.phi_names)}
+        assert held == expected
+        assert {id(p) for p in optimizer.state} == expected
+    backend.close()
+
+
+def test_frozen_experts_are_held_once_per_process(tmp_path):
+    backend = LocalBackend(from_dict(spes(tmp_path, n=5, rounds=3)))
+    for r in range(3):
+        backend.run_round(r)
+    group, frozen = backend.group, backend.group.shared.frozen
+    assert set(frozen.versions) == {2}  # the broadcast of round 2, and nothing older
+    assert frozen.holders == {1: 2, 2: 2, 3: 2, 4: 2}
+    for name, tensor in frozen.versions[2].items():
+        users = [cid for cid in range(1, 5)
+                 if dict(group.clients[cid].model.named_parameters())[name] is tensor]
+        owner = [cid for cid in range(1, 5) if name in group.shared.own(cid)]
+        assert users == [c for c in range(1, 5) if c not in owner]  # everyone else
+    # expert storage: the process copy, each worker's own, the server's and the probe's
+    storages = {p.untyped_storage().data_ptr()
+                for c in [*group.clients.values(), group.probe]
+                for n, p in c.model.named_parameters() if ".experts." in n}
+    all_experts = LAYERS * EXPERTS * 3
+    assert len(storages) == all_experts * 3 + LAYERS * 3 * 4
+    backend.close()
+
+
+# ---------------------------------------------------------------------------- the round
+def test_the_server_averages_phi_and_assigns_each_expert_from_its_owner(tmp_path):
+    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    group, shared = backend.group, backend.group.shared
+    phi0 = {n: p.detach().clone() for n, p in group.clients[SERVER].model.named_parameters()
+            if n in shared.phi_names}
+    posted = []
+    post = backend.router.post
+
+    def spy(round_, phase, messages, compute=None):
+        messages = list(messages)
+        posted.extend(messages)
+        post(round_, phase, messages, compute)
+
+    backend.router.post = spy
+    trained = {}
+    run_phase = group.run_phase
+
+    def spy_phase(round_, step, phase, inboxes, members=None):
+        out = run_phase(round_, step, phase, inboxes, members)
+        if phase == "local":
+            trained.update({cid: {n: p.detach().clone() for n, p in
+                                  group.clients[cid].model.named_parameters()}
+                            for cid in range(1, 5)})
+        return out
+
+    group.run_phase = spy_phase
+    backend.run_round(0)
+    uploads = {m.src: m.payload for m in posted if m.tag == "update"}
+    assert sorted(uploads) == [1, 2, 3, 4]
+    server = dict(group.clients[SERVER].model.named_parameters())
+    for cid, payload in uploads.items():  # Δφ_i and the worker's own experts, nothing else
+        assert set(payload) == set(shared.phi_names) | set(shared.own(cid))
+        for n in shared.own(cid):
+            assert torch.equal(payload[n], trained[cid][n])
+            assert torch.equal(server[n], trained[cid][n])  # assigned, bit for bit
+    for n in shared.phi_names:  # outer SGD, lr 1: the mean of the workers' φ
+        mean = np.mean([trained[c][n].double().numpy() for c in range(1, 5)], axis=0)
+        np.testing.assert_allclose(server[n].detach().double().numpy(), mean, atol=1e-6)
+        assert not torch.equal(server[n], phi0[n])
+    # every worker now holds the server's model exactly
+    vectors = group.vectors(list(range(5)))
+    for cid in range(1, 5):
+        np.testing.assert_array_equal(vectors[cid], vectors[SERVER])
+    backend.close()
+
+
+def test_bytes_per_round_are_the_closed_form_and_below_diloco(tmp_path):
+    rows, _ = rows_and_vectors(from_dict(spes(tmp_path, n=5, rounds=2)))
+    model = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    shared = model.group.shared
+    sizes = dict(model.group.clients[1].model.named_parameters())
+    d = sum(p.numel() for p in model.group.clients[1].model.parameters())
+    phi = sum(sizes[n].numel() for n in shared.phi_names)
+    up = sum(4 * (phi + sum(sizes[n].numel() for n in shared.own(c))) for c in range(1, 5))
+    down = 4 * 4 * d
+    model.close()
+    assert phi + EXPERTS * EXPERT_VALUES * LAYERS == d
+    assert up == 4 * (4 * phi + LAYERS * EXPERTS * EXPERT_VALUES)  # each expert once
+    assert [r["bytes"] for r in rows] == [up + down] * 2
+    diloco, _ = rows_and_vectors(from_dict(moe_lm(
+        tmp_path, rounds=1, topology={"name": "star", "n": 5},
+        strategy={"name": "diloco", "local_steps": 3, "batch_size": 4})))
+    assert diloco[0]["bytes"] == 2 * 4 * 4 * d
+
+
+# ---------------------------------------------------------------------------- merging
+def reference_neighbours(projections: np.ndarray, k: int) -> np.ndarray:
+    """Top-k by cosine similarity, other experts only, ties to the lower index."""
+    out = []
+    for e, p in enumerate(projections):
+        sims = [(-float(p @ q / np.linalg.norm(p) / np.linalg.norm(q)), j)
+                for j, q in enumerate(projections) if j != e]
+        out.append([j for _, j in sorted(sims)[:k]])
+    return np.array(out)
+
+
+def test_most_similar_experts_by_cosine_on_hand_made_projections():
+    projections = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [-1.0, 0.0], [2.0, 0.0]])
+    got = most_similar(torch.tensor(projections), 2).numpy()
+    np.testing.assert_array_equal(got, reference_neighbours(projections, 2))
+    # e0 and e4 point the same way (cosine 1): each other's first, whatever the norms
+    assert got[0, 0] == 4 and got[4, 0] == 0 and got[3, 0] == 2
+
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_task_arithmetic_merge_against_the_formula(normalise):
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=(5, 3, 2))
+    neighbours = np.array([[1, 2], [0, 4], [3, 1], [2, 0], [1, 3]])
+    alpha = 0.1
+    expected = weights.copy()
+    for e in range(5):  # E_e + α Σ_k (E_k − E_e), from the pre-merge values
+        pull = sum(weights[k] - weights[e] for k in neighbours[e])
+        expected[e] = weights[e] + (alpha / 2 if normalise else alpha) * pull
+    got = merged(torch.tensor(weights), torch.tensor(neighbours), alpha, normalise)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_merge_layer_moves_every_weight_of_an_expert_towards_its_neighbours():
+    torch.manual_seed(0)
+    act = torch.nn.SiLU()
+
+    def linear(i, o):
+        return torch.nn.Linear(i, o, bias=False)
+
+    layer = SplitExperts(ExpertMLP(linear(3, 2), linear(3, 2), linear(2, 3), act)
+                         for _ in range(4))
+    before = [{n: p.detach().double().numpy().copy() for n, p in e.named_parameters()}
+              for e in layer]
+    projections = np.stack([np.concatenate([b["gate_proj.weight"].ravel(),
+                                            b["up_proj.weight"].ravel()]) for b in before])
+    expect_nb = reference_neighbours(projections, 2)
+    used = merge_layer(layer, 2, 0.25, normalise=False)
+    np.testing.assert_array_equal(used.numpy(), expect_nb)
+    for e, expert in enumerate(layer):
+        for n, p in expert.named_parameters():
+            want = before[e][n] + 0.25 * sum(before[k][n] - before[e][n] for k in expect_nb[e])
+            np.testing.assert_allclose(p.detach().double().numpy(), want, atol=1e-6)
+
+
+def test_merges_happen_exactly_on_the_schedule(tmp_path):
+    # H = 2, M = 4, T_w = 14: merges after the syncs ending steps 4, 8, 12
+    strategy = build_plan(from_dict(spes(tmp_path, local_steps=2, merge_warmup_steps=14,
+                                         merge_every=4, merge_top_k=2))).strategy
+    expected = {1: 0.1 * (1 - 4 / 14), 3: 0.1 * (1 - 8 / 14), 5: 0.1 * (1 - 12 / 14)}
+    for r in range(10):
+        assert strategy.merge_strength(r) == pytest.approx(expected.get(r, 0.0), abs=0)
+    rows, _ = rows_and_vectors(from_dict(spes(tmp_path, rounds=8, local_steps=2,
+                                              merge_warmup_steps=14, merge_every=4,
+                                              merge_top_k=2)))
+    assert {r["round"]: r["merge_alpha"] for r in rows if "merge_alpha" in r} == \
+        pytest.approx(expected)
+
+
+# ---------------------------------------------------------------------------- router losses
+def test_router_losses_against_their_definitions():
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    logits = torch.randn(2, 6, EXPERTS)  # two layers, six tokens
+    z = logits.numpy().astype(np.float64)
+    with RouterLogits(model) as captured:
+        pass
+    captured.layers = list(logits)
+    captured._routers = [(None, EXPERTS, 2)]
+    probs = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    top2 = np.argsort(-probs, axis=-1, kind="stable")[..., :2]
+    f = np.array([(top2 == e).sum() for e in range(EXPERTS)]) / 12  # assignments / tokens
+    p = probs.reshape(-1, EXPERTS).mean(0)
+    assert float(captured.balance_loss()) == pytest.approx(EXPERTS * (f * p).sum(), rel=1e-5)
+    lse = np.log(np.exp(z).sum(-1))
+    assert float(captured.z_loss()) == pytest.approx((lse ** 2).mean(axis=1).mean(), rel=1e-5)
+
+
+def test_router_losses_are_logged_and_off_when_zero(tmp_path):
+    rows, _ = rows_and_vectors(from_dict(spes(tmp_path, rounds=1)))
+    assert rows[0]["balance_loss"] > 1.0 and rows[0]["z_loss"] > 0  # top-2: 2 when balanced
+    rows, _ = rows_and_vectors(from_dict(spes(tmp_path, rounds=1,
+                                              router_loss={"balance": 0, "z": 0})))
+    assert "balance_loss" not in rows[0] and "z_loss" not in rows[0]
+    assert math.isfinite(rows[0]["loss"])
+
+
+# ---------------------------------------------------------------------------- churn, backends
+def test_a_newcomer_holds_the_process_copy_of_the_global_experts(tmp_path):
+    cfg = spes(tmp_path, n=5, rounds=3, sections={"churn": {
+        "absent": [4], "events": [{"round": 2, "client": 4, "kind": "join"}]}})
+    backend = LocalBackend(from_dict(cfg))
+    for r in range(2):
+        backend.run_round(r)
+    group, frozen = backend.group, backend.group.shared.frozen
+    assert frozen.holders[4] == -1  # absent: still the initial experts
+    backend.run_round(2)
+    assert set(frozen.versions) == {2} and frozen.holders[4] == 2
+    vectors = group.vectors([0, 1, 2, 3, 4])
+    for cid in range(1, 5):
+        np.testing.assert_array_equal(vectors[cid], vectors[SERVER])
+    backend.close()
+
+
+def test_lost_broadcasts_keep_old_versions_and_ray_equals_local(tmp_path, ray_session):
+    base = spes(tmp_path, n=5, rounds=4, sections={"faults": {"drop": 0.3}})
+    backend = LocalBackend(from_dict(base))
+    seen = set()
+    for r in range(4):
+        backend.run_round(r)
+        seen.add(len(backend.group.shared.frozen.versions))
+    backend.close()
+    assert max(seen) > 1  # some worker missed a broadcast and kept its older experts
+    local_rows, local_vectors = rows_and_vectors(from_dict(base))
+    ray_rows, ray_vectors = rows_and_vectors(from_dict(
+        {**base, "backend": "ray", "ray": {"clients_per_actor": 2}}))
+    assert ray_rows == local_rows
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(ray_vectors[cid], vec)
+
+
+def test_a_checkpoint_stores_the_frozen_experts_once_per_process(tmp_path):
+    from decent.platform.runner import run
+
+    result = run(from_dict(spes(tmp_path, n=5, rounds=3,  # a checkpoint after round 1
+                                sections={"checkpoint": {"every": 2}})))
+    folder = result.run_dir / "checkpoint-000002"
+    process = torch.load(folder / "process.pt", weights_only=False)
+    versions = process["shared"]["__dataclass__"][1]["frozen"]["__dataclass__"][1]["versions"]
+    assert list(versions) == [1]  # the broadcast of round 1: every expert, once
+    assert len(versions[1]) == LAYERS * EXPERTS * 3
+    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    shared = backend.group.shared
+    backend.close()
+    for cid in range(1, 5):  # a worker: φ and its own experts only
+        client = torch.load(folder / "clients" / f"{cid}.pt", weights_only=False)
+        assert set(client["model"]) == set(shared.phi_names) | set(shared.own(cid))
+    server = torch.load(folder / "clients" / "0.pt", weights_only=False)
+    assert set(server["model"]) >= set(shared.all_experts())  # the global model's own copy
