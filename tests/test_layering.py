@@ -25,12 +25,13 @@ ALLOWED = {
     "models": {"core"},
     "compression": {"core"},
     "robust": {"core"},
+    "privacy": {"core"},
     "network": {"core", "topologies", "robust"},
     "tasks": {"core", "models"},
     "zo": {"core", "models"},
-    "strategies": {"core", "models", "tasks", "zo", "compression"},
+    "strategies": {"core", "models", "tasks", "zo", "compression", "robust", "privacy"},
     "platform": {"core", "models", "tasks", "zo", "compression", "strategies", "topologies",
-                 "network", "robust"},
+                 "network", "robust", "privacy"},
 }
 # Strategies read like the paper's algorithm box: no distribution, no graph library; and
 # Ray is the platform's business alone (everything below it runs without a cluster).

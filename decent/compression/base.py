@@ -9,7 +9,7 @@ import torch
 
 from decent.core.schema import in_range, one_of
 
-COMPRESSORS = ("identity", "topk", "int8")
+COMPRESSORS = ("identity", "topk", "int8", "topk_int8")
 VALUE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # A compressed tensor as it travels: named arrays at their wire dtypes.
@@ -51,10 +51,12 @@ class Identity:
 
 def build_compressor(cfg: CompressionConfig) -> Compressor:
     from decent.compression.quantize import Int8
-    from decent.compression.topk import TopK
+    from decent.compression.topk import TopK, TopKInt8
 
     if cfg.name == "topk":
         return TopK(cfg.keep, VALUE_DTYPES[cfg.value_dtype])
     if cfg.name == "int8":
         return Int8()
+    if cfg.name == "topk_int8":
+        return TopKInt8(cfg.keep)
     return Identity()

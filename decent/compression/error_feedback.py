@@ -20,11 +20,18 @@ class ErrorFeedback:
         self.memory: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()
-    def compress(self, tensors: dict[str, torch.Tensor]) -> dict[str, Payload]:
+    def compress(self, tensors: dict[str, torch.Tensor],
+                 weights: dict[str, torch.Tensor] | None = None) -> dict[str, Payload]:
+        """The payloads of ``tensors``; with ``weights`` (a Top-K compressor), entries are
+        kept by |x + e| ⊙ weight rather than by |x + e| (a tensor without one: by |x + e|)."""
         out = {}
         for name, x in tensors.items():
             corrected = x + self.memory[name] if name in self.memory else x.clone()
-            payload = self.compressor.compress(corrected)
+            if weights is not None and name in weights:
+                payload = self.compressor.compress(  # type: ignore[call-arg]
+                    corrected, corrected.abs() * weights[name])
+            else:
+                payload = self.compressor.compress(corrected)
             self.memory[name] = corrected - self.compressor.decompress(payload, corrected)
             out[name] = payload
         return out

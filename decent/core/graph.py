@@ -28,6 +28,8 @@ class GraphFacts:
     time_varying: bool
     diameter: int | None
     degrees: tuple[int, ...] | None
+    # two_tier: the aggregator of every vertex (an aggregator is its own); else None
+    tiers: tuple[int, ...] | None = None
 
     def is_star(self, center: int = 0) -> bool:
         """Whether the static graph is a star with its hub at ``center``."""

@@ -67,7 +67,7 @@ def _topo(args: argparse.Namespace) -> int:
 
     fields: dict[str, Any] = {"name": args.name, "n": args.n, "seed": args.seed,
                               "weights": args.weights}
-    for key in ("p", "degree", "rows"):
+    for key in ("p", "degree", "rows", "aggregators"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
     if args.round < 0:
@@ -166,6 +166,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
     t.add_argument("--degree", type=int, help="degree (random_regular)")
     t.add_argument("--rows", type=int, help="grid rows (meshgrid, torus)")
+    t.add_argument("--aggregators", type=int, help="aggregators (two_tier)")
     t.add_argument("--weights", default="metropolis", help="metropolis | uniform")
     t.add_argument("--round", type=int, default=0, help="round (time-varying graphs)")
     t.set_defaults(func=_topo)

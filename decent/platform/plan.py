@@ -30,7 +30,8 @@ class RunPlan:
 
 
 def build_plan(cfg: RunConfig) -> RunPlan:
-    topology = build_topology(cfg.topology)
+    network = Network(cfg.network, cfg.n, cfg.seed)
+    topology = build_topology(cfg.topology, lambda i, j: network.link(i, j)[1])
     strategy = STRATEGIES.entry(cfg.strategy.name).build(cfg.strategy, topology.facts())
     faults = cfg.faults
     wire = WireFaults(faults, cfg.n, cfg.seed) if faults.on_the_wire else None
@@ -41,8 +42,7 @@ def build_plan(cfg: RunConfig) -> RunPlan:
         for r, members in enumerate(membership.rounds):
             for client, kind in members.departed:
                 check_churn(strategy, client, kind, r)
-    return RunPlan(topology, strategy, Network(cfg.network, cfg.n, cfg.seed), wire, byzantine,
-                   membership)
+    return RunPlan(topology, strategy, network, wire, byzantine, membership)
 
 
 def check_churn(strategy: Strategy, client: int, kind: str, round_: int) -> None:

@@ -248,6 +248,8 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
         if plan.byzantine:
             summary["byzantine_clients"] = plan.byzantine
             summary["attack"] = cfg.faults.attack.name
+        if plan.topology.assignment is not None:  # two_tier: each worker's aggregator
+            summary["aggregator_of"] = {str(w): a for w, a in plan.topology.assignment.items()}
         # bytes per directed edge over the run, for `decent report`'s heat map
         rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
                                      sorted(slot.backend.edge_bytes_total().items())})

@@ -30,6 +30,7 @@ STATIC_TOPOLOGIES = (
     "erdos_renyi",
     "random_regular",
     "edge_list",
+    "two_tier",
 )
 TIME_VARYING_TOPOLOGIES = ("one_peer", "two_peer")
 TOPOLOGIES = STATIC_TOPOLOGIES + TIME_VARYING_TOPOLOGIES
@@ -54,6 +55,7 @@ class TopologyConfig:
     degree: int = at_least(1, 3)
     rows: int | None = at_least(2, None, nullable=True)
     edges: list | None = None  # checked pair by pair when the graph is built
+    aggregators: int = at_least(1, 8)  # two_tier: vertices 0..A-1 aggregate, the rest work
     weights: str = one_of(MIXING_KINDS, "metropolis")
 
     def validate(self, prefix: str = "topology") -> None:
@@ -62,6 +64,10 @@ class TopologyConfig:
         if not _is_int(self.n) or self.n < least:
             raise ConfigError(f"{prefix}.n", f"{self.name} needs an integer number of "
                               f"clients n ≥ {least} (got {self.n!r})")
+        if self.name == "two_tier" and self.aggregators >= self.n:
+            raise ConfigError(f"{prefix}.aggregators",
+                              f"must be below n = {self.n}, so that some vertices are "
+                              f"workers (got {self.aggregators})")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -302,6 +308,30 @@ def two_peer(cfg: TopologyConfig, round: int) -> nx.Graph:
     return G
 
 
+Latency = Callable[[int, int], float]
+
+
+def nearest_aggregators(n: int, aggregators: int, latency: Latency | None) -> dict[int, int]:
+    """Worker → aggregator of a two-tier graph: the aggregator with the lowest latency to
+    the worker; ties (all of them, without a latency model) go round robin from the
+    worker's id, (a − w) mod A smallest first, so equal latencies give balanced tiers."""
+    A = aggregators
+    out = {}
+    for w in range(A, n):
+        out[w] = min(range(A), key=lambda a, w=w: (
+            0.0 if latency is None else latency(w, a), (a - w) % A))
+    return out
+
+
+def two_tier(cfg: TopologyConfig, assignment: dict[int, int]) -> nx.Graph:
+    """Aggregators 0..A-1 on a complete overlay; each worker linked to its aggregator."""
+    G = _empty(cfg.n)
+    G.add_edges_from((a, b) for a in range(cfg.aggregators)
+                     for b in range(a + 1, cfg.aggregators))
+    G.add_edges_from(assignment.items())
+    return G
+
+
 STATIC_BUILDERS: dict[str, Callable[[TopologyConfig], nx.Graph]] = {
     "ring": ring,
     "path": path,
@@ -341,9 +371,12 @@ class Topology:
     for static topologies and cached for the most recent round of time-varying ones.
     """
 
-    def __init__(self, cfg: TopologyConfig) -> None:
+    def __init__(self, cfg: TopologyConfig, latency: Latency | None = None) -> None:
         validate(cfg)
         self.cfg = cfg
+        # two_tier: each worker's aggregator, by the network model's latency
+        self.assignment = nearest_aggregators(cfg.n, cfg.aggregators, latency) \
+            if cfg.name == "two_tier" else None
         self.name = cfg.name
         self.n = cfg.n
         self.weights = cfg.weights
@@ -351,7 +384,8 @@ class Topology:
         self._round: int | None = None
         self._cached: tuple[nx.Graph, np.ndarray, RoundGraph] | None = None
         if not self.time_varying:
-            G = STATIC_BUILDERS[cfg.name](cfg)
+            G = two_tier(cfg, self.assignment) if self.assignment is not None \
+                else STATIC_BUILDERS[cfg.name](cfg)
             if not nx.is_connected(G):
                 k = nx.number_connected_components(G)
                 raise ConfigError(
@@ -396,8 +430,10 @@ class Topology:
         if self.time_varying:
             return GraphFacts(self.name, self.n, True, None, None)
         G = self.graph(0)
+        tiers = None if self.assignment is None else tuple(
+            self.assignment.get(v, v) for v in range(self.n))
         return GraphFacts(self.name, self.n, False, self.diameter(),
-                          tuple(int(G.degree(i)) for i in range(self.n)))
+                          tuple(int(G.degree(i)) for i in range(self.n)), tiers)
 
     def __repr__(self) -> str:
         return f"Topology(name={self.name!r}, n={self.n}, time_varying={self.time_varying})"
@@ -408,6 +444,7 @@ def validate(cfg: TopologyConfig) -> None:
     validate_fields(cfg, "topology")
 
 
-def build_topology(cfg: TopologyConfig) -> Topology:
-    """Validate ``cfg`` and build its topology (static graphs are built and checked now)."""
-    return Topology(cfg)
+def build_topology(cfg: TopologyConfig, latency: Latency | None = None) -> Topology:
+    """Validate ``cfg`` and build its topology (static graphs are built and checked now);
+    ``latency(i, j)`` in seconds places a two-tier graph's workers."""
+    return Topology(cfg, latency)

@@ -1,0 +1,2 @@
+"""Differential privacy of what a client sends: clipping, Gaussian noise, and the privacy
+spent, from a maintained accountant."""
