@@ -80,6 +80,8 @@ def method_config(tmp_path: Path, name: str, n: int, **sections: Any) -> dict[st
     """A small config any strategy ``name`` runs: a star for the server methods, a ring
     otherwise, and the tiny MoE language model for SPES."""
     topology = {"name": "star" if name in STAR_METHODS else "ring", "n": n}
+    if name == "dso":  # one aggregator (vertex 0), the rest workers: as a star's server
+        topology = {"name": "two_tier", "n": n, "aggregators": 1}
     strategy = {"name": name}
     if name == "spes":
         strategy.update(local_steps=2, batch_size=4, merge_warmup_steps=0)
@@ -87,3 +89,18 @@ def method_config(tmp_path: Path, name: str, n: int, **sections: Any) -> dict[st
     if name == "spes":
         return moe_lm(tmp_path, topology=topology, strategy=strategy, **sections)
     return tiny(tmp_path, topology=topology, strategy=strategy, **sections)
+
+
+def assert_ray_equals_local(base: dict[str, Any], clients_per_actor: int) -> None:
+    """The run ``base`` on Ray (``clients_per_actor`` clients per actor) gives the local
+    run's metric rows and every client's final state, bit for bit."""
+    import numpy as np
+
+    from decent.platform.config import from_dict
+
+    local_rows, local_vectors = rows_and_vectors(from_dict(base))
+    ray_rows, ray_vectors = rows_and_vectors(from_dict(
+        {**base, "backend": "ray", "ray": {"clients_per_actor": clients_per_actor}}))
+    assert ray_rows == local_rows
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(ray_vectors[cid], vec)

@@ -22,7 +22,7 @@ from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
 from decent.platform.plan import build_plan
 from decent.strategies.spes import SERVER
-from tests.helpers import moe_lm, rows_and_vectors
+from tests.helpers import assert_ray_equals_local, moe_lm, rows_and_vectors
 
 # tiny-moe: 2 layers of 4 experts, each gate/up/down of 64 × 64 (no biases)
 LAYERS, EXPERTS, HIDDEN, INTER = 2, 4, 64, 64
@@ -333,12 +333,7 @@ def test_lost_broadcasts_keep_old_versions_and_ray_equals_local(tmp_path, ray_se
         seen.add(len(backend.group.shared.frozen.versions))
     backend.close()
     assert max(seen) > 1  # some worker missed a broadcast and kept its older experts
-    local_rows, local_vectors = rows_and_vectors(from_dict(base))
-    ray_rows, ray_vectors = rows_and_vectors(from_dict(
-        {**base, "backend": "ray", "ray": {"clients_per_actor": 2}}))
-    assert ray_rows == local_rows
-    for cid, vec in local_vectors.items():
-        np.testing.assert_array_equal(ray_vectors[cid], vec)
+    assert_ray_equals_local(base, clients_per_actor=2)
 
 
 def test_a_checkpoint_stores_the_frozen_experts_once_per_process(tmp_path):

@@ -82,6 +82,9 @@ class Message:
     # True when the router returns the message to its sender: its destination was not
     # present (it left or crashed)
     undeliverable: bool = False
+    # True when a Byzantine sender's attack is already in the payload (PhaseContext.tamper):
+    # the platform does not attack it again on the way out
+    tampered: bool = False
 
 
 def wire_size(payload: Any) -> int:

@@ -8,8 +8,9 @@ results do not depend on how clients are grouped or which backend runs them.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +31,9 @@ from decent.robust.attacks import Attack
 from decent.strategies.base import Client, PhaseContext
 from decent.tasks.base import Task
 from decent.tasks.registry import TASKS
+
+# The sequence word of a tampered value's attack seed, apart from every sent message's
+TAMPER_SEQ = 2**31 - 1
 
 
 def resolve_device(cfg: RunConfig, has_gpu: bool | None = None) -> torch.device:
@@ -153,12 +157,14 @@ class ClientGroup:
         for cid in running:
             client = self.clients[cid]
             client.steps = 0
+            attack = self.attacks.get(cid)
+            client_ctx = ctx if attack is None else dataclasses.replace(
+                ctx, tamper=self._tamper(attack, round_, step, cid))
             started = time.perf_counter()
             with own_rng(client):
-                sent = self.strategy.run_phase(client, inboxes.get(cid, []), ctx)
+                sent = self.strategy.run_phase(client, inboxes.get(cid, []), client_ctx)
             compute[cid] = self.clock.seconds(cid, client.steps,
                                               time.perf_counter() - started)
-            attack = self.attacks.get(cid)
             for seq, msg in enumerate(sent):
                 if msg.src != cid:
                     raise StrategyError(
@@ -166,12 +172,21 @@ class ClientGroup:
                         f"claiming to come from {msg.src} (round {round_}, phase '{phase}')"
                     )
                 msg.seq = seq
-                if attack is not None:  # a Byzantine client: the payload is attacked
+                if attack is not None and not msg.tampered:  # a Byzantine client's payload
                     msg.payload = attack(msg.payload, msg.dst, step, seq, [
                         self.fault_seed, ATTACK_SALT, round_, step, cid, msg.dst, seq])
                 msg.nbytes = wire_size(msg.payload)
             outgoing.extend(sent)
         return outgoing, compute
+
+    def _tamper(self, attack: Attack, round_: int, step: int,
+                cid: int) -> Callable[[Any, int], Any] | None:
+        """What a Byzantine client does to a value it commits to (None for ``forge``: it
+        commits honestly and changes the payload on the way out)."""
+        if attack.cfg.name == "forge":
+            return None
+        return lambda value, dst: attack(value, dst, step, TAMPER_SEQ, [
+            self.fault_seed, ATTACK_SALT, round_, step, cid, dst, TAMPER_SEQ])
 
     def present(self, members: RoundMembers | None) -> list[int]:
         """The hosted clients that take part (all of them without churn), in id order."""

@@ -10,7 +10,8 @@ Each rule takes the received vectors stacked as an (m, d) tensor and returns a d
   the two middle values;
 * ``krum`` — the one received vector whose summed squared distance to its m − f − 2
   nearest others is smallest, f = ⌊β·m⌋ the assumed number of Byzantine senders
-  (Blanchard et al., 2017; needs m > 2f + 2).
+  (Blanchard et al., 2017); it needs m > 2f + 2, and with fewer vectors the median is
+  taken instead (``aggregate``; calling :func:`krum` itself raises).
 
 Sums run in float64 in a fixed order, so a result depends only on the set of inputs and
 their order, never on the backend.
@@ -68,6 +69,10 @@ def aggregate(name: str, vectors: list[torch.Tensor], beta: float) -> torch.Tens
     if name not in RULES:
         raise ConfigError("strategy.aggregator", f"unknown {name!r}; choose one of "
                           f"{', '.join(AGGREGATORS)}")
+    if not vectors:
+        raise ValueError("nothing to aggregate")
     shape = vectors[0].shape
     stacked = torch.stack([v.reshape(-1) for v in vectors])
+    if name == "krum" and len(vectors) <= 2 * int(beta * len(vectors)) + 2:
+        name = "median"
     return RULES[name](stacked, beta).reshape(shape)

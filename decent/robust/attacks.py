@@ -12,7 +12,13 @@ codes, seeds — are kept, so the payload still decodes and its wire size is unc
 * ``gaussian`` — x → x + N(0, std²);
 * ``random`` — x → N(0, std²): a payload of noise in the right shape;
 * ``replay`` — the payload this client sent to the same neighbour at the same phase
-  ``lag`` rounds earlier (the current one until it has such a history): stale values.
+  ``lag`` rounds earlier (the current one until it has such a history): stale values;
+* ``forge`` — x → −x on the way out, after the client has committed to x: against a
+  method that commits before it sends (DSO), a payload that does not match its
+  commitment; against any other method the same as ``sign_flip``.
+
+The other attacks are in what a committing client commits to (``PhaseContext.tamper``), so
+its commitment verifies and only robust aggregation can defend against them.
 
 The noise of one message is drawn from a generator seeded by (fault seed, round, phase,
 source, destination, sequence number), so an attack is the same on every backend.
@@ -31,7 +37,7 @@ import torch
 from decent.core.messages import Declared, Scalar
 from decent.core.schema import at_least, number, one_of
 
-ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay")
+ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay", "forge")
 
 
 @dataclass
@@ -81,7 +87,7 @@ class Attack:
             history = self._sent.setdefault((step, dst, seq), deque(maxlen=cfg.lag + 1))
             history.append(copy.deepcopy(payload))
             return history[0] if len(history) == cfg.lag + 1 else payload
-        if cfg.name == "sign_flip":
+        if cfg.name in ("sign_flip", "forge"):
             return _map_floats(payload, lambda t: -t)
         if cfg.name == "scale":
             return _map_floats(payload, lambda t: cfg.factor * t)

@@ -26,7 +26,7 @@ ray or networkx, so the same code runs on the local backend and on Ray actors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -78,7 +78,11 @@ class PhaseContext:
     ``shared`` is what :meth:`Strategy.init_process` returned in this process; ``alive``
     the clients believed to take part in this round (all of them without churn; a client
     that crashed this round is still listed: its messages come back undeliverable);
-    ``joined`` the clients that arrived at the start of this round."""
+    ``joined`` the clients that arrived at the start of this round. ``tamper`` is set for
+    a Byzantine client only: a method that commits to a value before sending it (DSO)
+    passes the value through ``tamper(value, dst)`` first, so the client's attack is in
+    what it commits to, and marks the message ``tampered``; every other message is
+    attacked as it leaves."""
 
     round: int
     phase: str
@@ -88,6 +92,7 @@ class PhaseContext:
     shared: Any = None
     alive: frozenset[int] | None = None  # None: every client
     joined: frozenset[int] = frozenset()
+    tamper: Callable[[Any, int], Any] | None = None
 
 
 class Frozen(type):

@@ -7,6 +7,7 @@ from decent.strategies.choco import ChocoSGD
 from decent.strategies.combo import Combo
 from decent.strategies.diloco import DiLoCo
 from decent.strategies.dsgd import DSGD
+from decent.strategies.dso import DSO
 from decent.strategies.dzsgd import DZSGD
 from decent.strategies.fedavg import FedAvg
 from decent.strategies.gasloc import GASLoC
@@ -17,5 +18,5 @@ from decent.strategies.spes import SPES
 
 STRATEGIES = Registry("strategy")
 for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip,
-             Combo, SPES):
+             Combo, SPES, DSO):
     STRATEGIES.register(_cls.name, _cls.Config, _cls)

@@ -1,0 +1,208 @@
+"""DSO on two tiers: commitments (a forged payload is dropped, an attacked but committed one
+is not), both aggregation levels against numpy on the payloads the router carried, the
+error-feedback invariant through the worker pipeline, the privacy spent, epidemic
+coverage, identical models everywhere, bad graphs, and local ≡ Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from decent.compression.error_feedback import ErrorFeedback
+from decent.compression.topk import TopKInt8
+from decent.core.errors import ConfigError
+from decent.models import params
+from decent.platform.config import from_dict
+from decent.platform.local_backend import LocalBackend
+from decent.platform.plan import build_plan
+from decent.privacy.gaussian import PrivacyLedger, noise_std
+from decent.strategies.dso import expected_coverage_rounds
+from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
+
+
+def dso(tmp_path, n=14, aggregators=4, rounds=2, sections=None, **strategy):
+    return tiny(tmp_path, rounds=rounds,
+                topology={"name": "two_tier", "n": n, "aggregators": aggregators},
+                strategy={"name": "dso", "batch_size": 16, "lr": 0.1, "keep": 0.1,
+                          "fanout": 2, "gossip_rounds": 2, "sensitivity_every": 5,
+                          **strategy},
+                model={"name": "mlp", "hidden": [16]},
+                eval={"every": 1, "per_client": False}, **(sections or {}))
+
+
+class Spy:
+    """A LocalBackend whose router keeps every message it accepts."""
+
+    def __init__(self, cfg):
+        self.backend = LocalBackend(from_dict(cfg))
+        self.sent = []
+        post = self.backend.router.post
+
+        def spy(round_, phase, messages, compute=None):
+            messages = list(messages)
+            self.sent.extend(messages)
+            post(round_, phase, messages, compute)
+
+        self.backend.router.post = spy
+
+
+def np_rule(rule, rows, beta=0.1):
+    rows = np.asarray(rows, dtype=np.float64)
+    if rule == "mean":
+        return rows.mean(0)
+    if rule == "median":
+        return np.median(rows, axis=0)
+    cut = int(beta * len(rows))
+    return np.sort(rows, axis=0)[cut: len(rows) - cut].mean(0)
+
+
+def dense(payload, like):
+    return {n: TopKInt8(0.1).decompress(payload[n], p).double().numpy()
+            for n, p in like.items()}
+
+
+@pytest.mark.parametrize("rule", ["trimmed_mean", "median", "mean"])
+def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule):
+    # 3 aggregators of 11 workers each, so that β = 0.1 trims one value per side
+    spy = Spy(dso(tmp_path, n=36, aggregators=3, aggregator=rule, fanout=2))
+    group = spy.backend.group
+    theta0 = {n: p.detach().double().numpy().copy()
+              for n, p in params.trainable_params(group.clients[0].model).items()}
+    spy.backend.run_round(0)
+    live = params.trainable_params(group.clients[0].model)
+    tier = spy.backend.group.strategy.tier
+    reveals = [m for m in spy.sent if m.tag == "reveal"]
+    sets = {m.src: m.payload for m in spy.sent if m.tag == "set"}
+    assert len(reveals) == 33 and set(sets) == {0, 1, 2}
+    G = sets[0]
+    assert sorted(G) == [0, 1, 2] and all(sets[a].keys() == G.keys() for a in sets)
+    for a in range(3):  # level 1: the rule over the aggregator's workers' payloads
+        rows = [dense(m.payload["update"], live) for m in reveals if tier[m.src] == a]
+        assert len(rows) == 11
+        got = dense(G[a], live)
+        for name in live:
+            local = np_rule(rule, [r[name].reshape(-1) for r in rows])
+            # G[a] is that aggregate through Top-k + INT8: the kept entries agree to half
+            # an INT8 step, and they are the largest-magnitude ones
+            flat = got[name].reshape(-1)
+            kept = np.flatnonzero(flat)
+            step = np.abs(local).max() / 127  # INT8's scale: the largest kept magnitude
+            assert len(kept) <= int(np.ceil(0.1 * flat.size))
+            np.testing.assert_allclose(flat[kept], local[kept], atol=step / 2 + 1e-6)
+            top = int(np.argmax(np.abs(local)))  # the largest entry is always kept
+            assert abs(flat[top] - local[top]) <= step / 2 + 1e-6
+    # level 2: every client steps with the rule over G's members
+    members = [dense(G[a], live) for a in sorted(G)]
+    for cid in (0, 1, 7, 35):
+        now = params.trainable_params(group.clients[cid].model)
+        for name in live:
+            g = np_rule(rule, [m[name].reshape(-1) for m in members]).reshape(theta0[name].shape)
+            np.testing.assert_allclose(now[name].detach().double().numpy(),
+                                       theta0[name] - 0.1 * g, atol=1e-6)
+    spy.backend.close()
+
+
+def test_a_forged_payload_is_dropped_and_a_committed_attack_is_not(tmp_path):
+    byzantine = {"byzantine": [5, 9, 13]}
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, sections={
+        "faults": {**byzantine, "attack": {"name": "forge"}}})))
+    # 3 forgers over 4 aggregators, every round
+    assert [r["rejected_payloads"] for r in rows] == [0.75] * 3
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, verify_commitments=False,
+                                             sections={"faults": {
+                                                 **byzantine, "attack": {"name": "forge"}}})))
+    assert [r["rejected_payloads"] for r in rows] == [0.0] * 3
+    for attack in ("sign_flip", "gaussian", "scale"):
+        rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=2, sections={
+            "faults": {**byzantine, "attack": {"name": attack}}})))
+        assert [r["rejected_payloads"] for r in rows] == [0.0] * 2, attack
+
+
+def test_a_committed_attack_changes_the_gradient_before_compression(tmp_path):
+    cfg = dso(tmp_path, rounds=1, sections={"faults": {"byzantine": [5],
+                                                        "attack": {"name": "sign_flip"}}})
+    honest = Spy(dso(tmp_path, rounds=1))
+    attacked = Spy(cfg)
+    honest.backend.run_round(0)
+    attacked.backend.run_round(0)
+    h = {m.src: m.payload["update"] for m in honest.sent if m.tag == "reveal"}
+    a = {m.src: m.payload["update"] for m in attacked.sent if m.tag == "reveal"}
+    for name in h[5]:  # the same entries kept, every value negated
+        assert torch.equal(a[5][name]["idx"], h[5][name]["idx"])
+        assert torch.equal(a[5][name]["scale"], h[5][name]["scale"])
+        assert torch.equal(a[5][name]["q"], -h[5][name]["q"])
+        assert torch.equal(a[6][name]["q"], h[6][name]["q"])  # honest workers unchanged
+    honest.backend.close()
+    attacked.backend.close()
+
+
+def test_error_feedback_keeps_the_workers_whole_signal(tmp_path):
+    backend = LocalBackend(from_dict(dso(tmp_path, rounds=4, dp={"enabled": True})))
+    worker = backend.group.clients[6]
+    fed, got = [], []
+    original = ErrorFeedback.compress
+
+    def spy(self, tensors, weights=None):
+        out = original(self, tensors, weights)
+        if self is worker.state.feedback:
+            fed.append({n: t.double().clone() for n, t in tensors.items()})
+            got.append({n: self.compressor.decompress(out[n], t).double()
+                        for n, t in tensors.items()})
+        return out
+
+    ErrorFeedback.compress = spy
+    try:
+        for r in range(4):
+            backend.run_round(r)
+    finally:
+        ErrorFeedback.compress = original
+    assert len(fed) == 4
+    for name in fed[0]:  # Σ sent (clipped, noised) = Σ decompressed + the residual
+        total = sum(f[name] for f in fed)
+        np.testing.assert_allclose(
+            (sum(g[name] for g in got) + worker.state.feedback.memory[name].double()).numpy(),
+            total.numpy(), atol=1e-5)
+    backend.close()
+
+
+def test_the_privacy_spent_is_the_accountants_for_the_noise_used(tmp_path):
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, dp={
+        "enabled": True, "clip": 1.0, "epsilon": 8.0, "delta": 1e-6})))
+    backend = LocalBackend(from_dict(dso(tmp_path)))
+    sizes = [len(c.data) for c in backend.group.clients.values() if c.data is not None]
+    backend.close()
+    sigma = noise_std(1.0, 8.0, 1e-6, 10)  # N = the 10 workers
+    for r, row in enumerate(rows):
+        worst = 0.0
+        for size in sizes:
+            ledger = PrivacyLedger(sigma / 1.0, 16 / size)
+            ledger.spend(r + 1)
+            worst = max(worst, ledger.epsilon(1e-6))
+        assert row["dp_epsilon"] == pytest.approx(worst, rel=1e-9)
+    assert rows[0]["dp_epsilon"] < rows[-1]["dp_epsilon"]
+
+
+def test_epidemic_gossip_covers_every_aggregator_in_log_f_rounds(tmp_path):
+    assert expected_coverage_rounds(16, 4) == 2 and expected_coverage_rounds(8, 2) == 3
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, n=48, aggregators=16, rounds=4,
+                                             fanout=4, gossip_rounds=3)))
+    for row in rows:
+        assert row["coverage_1"] < row["coverage_2"] <= row["coverage_3"] == 1.0
+        # one push-pull round reaches the pushed-to peers: at least 1 + f of A
+        assert row["coverage_1"] >= 5 / 16
+        assert row["coverage_2"] >= 0.9  # ⌈log_4 16⌉ = 2 rounds: w.h.p. (nearly) all
+        assert row["consensus_distance"] == 0.0  # every client took the same step
+
+
+def test_dso_needs_a_two_tier_graph(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        build_plan(from_dict({**dso(tmp_path), "topology": {"name": "ring", "n": 8}}))
+    assert err.value.field == "topology.name"
+
+
+def test_dso_on_ray_equals_local(tmp_path, ray_session):
+    base = dso(tmp_path, rounds=3, dp={"enabled": True},
+               sections={"faults": {"byzantine": [5], "attack": {"name": "gaussian"},
+                                    "drop": 0.1}})
+    assert_ray_equals_local(base, clients_per_actor=5)
