@@ -40,3 +40,4 @@ bench: install
 	$(PY) benchmarks/checkpoint_cost.py
 	$(PY) benchmarks/combo_segments.py
 	$(PY) benchmarks/spes_memory.py
+	$(PY) benchmarks/dso_bandwidth.py

@@ -206,3 +206,20 @@ def test_dso_on_ray_equals_local(tmp_path, ray_session):
                sections={"faults": {"byzantine": [5], "attack": {"name": "gaussian"},
                                     "drop": 0.1}})
     assert_ray_equals_local(base, clients_per_actor=5)
+
+
+@pytest.mark.parametrize("compression", ["none", "topk", "topk_int8"])
+def test_a_workers_upload_is_the_closed_form(tmp_path, compression):
+    import math
+
+    spy = Spy(dso(tmp_path, rounds=1, compression=compression, keep=0.05))
+    spy.backend.run_round(0)
+    sizes = [p.numel() for p in params.trainable_params(
+        spy.backend.group.clients[0].model).values()]
+    spy.backend.close()
+    ks = [max(1, math.ceil(0.05 * s)) for s in sizes]
+    payload = {"none": 4 * sum(sizes), "topk": sum(8 * k for k in ks),
+               "topk_int8": sum(5 * k + 4 for k in ks)}[compression]
+    for worker in range(4, 14):  # 32 B commitment, then 16 B nonce + the payload
+        mine = [m for m in spy.sent if m.src == worker]
+        assert sorted(m.nbytes for m in mine) == sorted([32, 16 + payload])

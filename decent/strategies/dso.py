@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from decent.compression.base import Identity
 from decent.compression.error_feedback import ErrorFeedback
-from decent.compression.topk import TopKInt8
+from decent.compression.topk import TopK, TopKInt8
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
@@ -60,6 +61,9 @@ class DSOConfig:
     aggregator: str = one_of(AGGREGATORS, "trimmed_mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
     verify_commitments: bool = True
+    # what travels: Top-k + INT8 (DSO's), Top-k with fp32 values, or dense fp32 (`keep`,
+    # `semantic` unused); every one with error feedback
+    compression: str = one_of(("topk_int8", "topk", "none"), "topk_int8")
     keep: float = in_range(0.01, 0, 1, lo_open=True)  # Top-k fraction per tensor
     semantic: bool = True  # rank by |g'| ⊙ s (false: by |g'|)
     sensitivity_every: int = at_least(1, 1000)
@@ -93,7 +97,8 @@ class DSO(Strategy[DSOState]):
                               f"dso runs on a two_tier graph; got '{graph.name}'")
         self.tier = graph.tiers
         self.aggregators = [v for v in range(self.n) if graph.tiers[v] == v]
-        self.compressor = TopKInt8(cfg.keep)
+        self.compressor = {"topk_int8": TopKInt8(cfg.keep), "topk": TopK(cfg.keep),
+                           "none": Identity()}[cfg.compression]
 
     def data_holders(self) -> list[int]:
         return [v for v in range(self.n) if v not in self.aggregators]
@@ -133,7 +138,8 @@ class DSO(Strategy[DSOState]):
         if self.is_aggregator(client.cid):
             return []
         cfg, state = self.cfg, client.state
-        if ctx.round % cfg.sensitivity_every == 0 and cfg.semantic:
+        semantic = cfg.semantic and cfg.compression != "none"
+        if ctx.round % cfg.sensitivity_every == 0 and semantic:
             state.sensitivity = self.probe_sensitivity(client, ctx)
         client.count_steps(1)
         client.model.train()
@@ -151,7 +157,7 @@ class DSO(Strategy[DSOState]):
             add_noise_(g, self.noise_std(), client.generator)
             state.ledger.spend()
             client.stats["dp_epsilon"] = Max(state.ledger.epsilon(cfg.dp.delta))
-        payload = state.feedback.compress(g, state.sensitivity if cfg.semantic else None)
+        payload = state.feedback.compress(g, state.sensitivity if semantic else None)
         nonce = draw_nonce(client.generator)
         state.pending = (payload, nonce)
         digest = torch.frombuffer(bytearray(commitment(payload, nonce)), dtype=torch.uint8)
