@@ -45,15 +45,7 @@ def one_step(compression: str, keep: float) -> tuple[list, dict]:
             "tracking": {"out_dir": out, "progress": False, "wandb": {"mode": "disabled"}},
         })
         backend = LocalBackend(cfg)
-        sent: list = []
-        post = backend.router.post
-
-        def spy(round_, phase, messages, compute=None):
-            messages = list(messages)
-            sent.extend(messages)
-            post(round_, phase, messages, compute)
-
-        backend.router.post = spy
+        sent = backend.record_messages()
         backend.run_round(0)
         sizes = {n: p.numel() for n, p in
                  params.trainable_params(backend.group.clients[0].model).items()}

@@ -92,15 +92,7 @@ def measured_bytes(method: str, nodes: int) -> tuple[float, float, int]:
         cfg = config(method, nodes, "small-moe", out)
         cfg["strategy"]["local_steps"] = 1
         backend = LocalBackend(from_dict(cfg))
-        sent = []
-        post = backend.router.post
-
-        def spy(round_, phase, messages, compute=None):
-            messages = list(messages)
-            sent.extend(messages)
-            post(round_, phase, messages, compute)
-
-        backend.router.post = spy
+        sent = backend.record_messages()
         backend.run_round(0)
         d = sum(p.numel() for p in backend.group.clients[0].model.parameters())
         backend.close()

@@ -32,19 +32,11 @@ def dso(tmp_path, n=14, aggregators=4, rounds=2, sections=None, **strategy):
 
 
 class Spy:
-    """A LocalBackend whose router keeps every message it accepts."""
+    """A LocalBackend and every message its router accepts."""
 
     def __init__(self, cfg):
         self.backend = LocalBackend(from_dict(cfg))
-        self.sent = []
-        post = self.backend.router.post
-
-        def spy(round_, phase, messages, compute=None):
-            messages = list(messages)
-            self.sent.extend(messages)
-            post(round_, phase, messages, compute)
-
-        self.backend.router.post = spy
+        self.sent = self.backend.record_messages()
 
 
 def np_rule(rule, rows, beta=0.1):
@@ -185,14 +177,35 @@ def test_the_privacy_spent_is_the_accountants_for_the_noise_used(tmp_path):
 
 def test_epidemic_gossip_covers_every_aggregator_in_log_f_rounds(tmp_path):
     assert expected_coverage_rounds(16, 4) == 2 and expected_coverage_rounds(8, 2) == 3
-    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, n=48, aggregators=16, rounds=4,
-                                             fanout=4, gossip_rounds=3)))
-    for row in rows:
-        assert row["coverage_1"] < row["coverage_2"] <= row["coverage_3"] == 1.0
-        # one push-pull round reaches the pushed-to peers: at least 1 + f of A
-        assert row["coverage_1"] >= 5 / 16
-        assert row["coverage_2"] >= 0.9  # ⌈log_4 16⌉ = 2 rounds: w.h.p. (nearly) all
-        assert row["consensus_distance"] == 0.0  # every client took the same step
+    A, R, rounds = 16, 3, 3
+    spy = Spy(dso(tmp_path, n=48, aggregators=A, rounds=rounds, fanout=4, gossip_rounds=R))
+    phases = len(spy.backend.strategy.phases(0))
+    for r in range(rounds):
+        spy.sent.clear()
+        stats, _ = spy.backend.run_round(r)
+        # an independent replay of the exchange from the messages the router carried:
+        # G_a after gossip round k = {a} ∪ every set delivered to a in phases 2 .. 1 + k
+        for k in range(1, R + 1):
+            held = []
+            for a in range(A):
+                gathered = {a}
+                for m in spy.sent:
+                    step = m.sent_phase - r * phases
+                    if m.dst == a and m.tag in ("push", "reply") and 2 <= step <= 1 + k:
+                        gathered |= set(m.payload)
+                held.append(len(gathered) / A)
+                assert stats[a][f"coverage_{k}"] == len(gathered) / A
+            if k == expected_coverage_rounds(A, 4):  # ⌈log_4 16⌉ = 2: w.h.p. (nearly) all
+                assert np.mean(held) >= 0.9
+        assert all(stats[a][f"coverage_{R}"] == 1.0 for a in range(A))
+        # one push-pull round reaches at least the f = 4 peers an aggregator pushed to
+        pushed = {a: {m.dst for m in spy.sent if m.src == a and m.tag == "push"
+                      and m.sent_phase - r * phases == 2} for a in range(A)}
+        assert all(len(p) == 4 for p in pushed.values())
+    spy.backend.close()
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, n=48, aggregators=A, rounds=2,
+                                             fanout=4, gossip_rounds=R)))
+    assert all(row["consensus_distance"] == 0.0 for row in rows)  # the same step everywhere
 
 
 def test_dso_needs_a_two_tier_graph(tmp_path):

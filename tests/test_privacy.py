@@ -69,3 +69,16 @@ def test_more_steps_spend_more_and_sampling_or_noise_spends_less():
     assert spent(1.1, 0.01, 1000) < spent(1.1, 1.0, 1000)
     assert spent(2.0, 0.01, 1000) < spent(1.1, 0.01, 1000)
     assert spent(0.0, 0.01, 10) == math.inf
+
+
+@pytest.mark.parametrize(("z", "q", "steps"), [(1.1, 0.01, 1000), (0.05, 0.1, 37), (2.0, 1.0, 5)])
+def test_the_ledger_is_the_accountants_own_composition(z, q, steps):
+    from dp_accounting import dp_event, rdp
+
+    accountant = rdp.RdpAccountant()
+    event = dp_event.GaussianDpEvent(z)
+    accountant.compose(event if q == 1.0 else dp_event.PoissonSampledDpEvent(q, event), steps)
+    ledger = PrivacyLedger(z, q)
+    for _ in range(2):  # the cached one-release RDP gives the same answer again
+        ledger.steps = steps
+        assert ledger.epsilon(1e-6) == pytest.approx(accountant.get_epsilon(1e-6), rel=1e-12)

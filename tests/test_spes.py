@@ -150,15 +150,7 @@ def test_the_server_averages_phi_and_assigns_each_expert_from_its_owner(tmp_path
     group, shared = backend.group, backend.group.shared
     phi0 = {n: p.detach().clone() for n, p in group.clients[SERVER].model.named_parameters()
             if n in shared.phi_names}
-    posted = []
-    post = backend.router.post
-
-    def spy(round_, phase, messages, compute=None):
-        messages = list(messages)
-        posted.extend(messages)
-        post(round_, phase, messages, compute)
-
-    backend.router.post = spy
+    posted = backend.record_messages()
     trained = {}
     run_phase = group.run_phase
 

@@ -27,10 +27,17 @@ def load(model: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
         live[name].copy_(value)
 
 
-def flat_vector(model: torch.nn.Module) -> np.ndarray:
-    """All trainable parameters as one float64 vector (for averages and distances)."""
+def _params(model: torch.nn.Module, frozen: bool) -> dict[str, torch.Tensor]:
+    """The trainable parameters, or with ``frozen`` every parameter, by name."""
+    return dict(model.named_parameters()) if frozen else trainable_params(model)
+
+
+def flat_vector(model: torch.nn.Module, frozen: bool = False) -> np.ndarray:
+    """All trainable parameters (with ``frozen``: all parameters) as one float64 vector
+    (for averages and distances)."""
     return torch.cat(
-        [p.detach().reshape(-1).to("cpu", torch.float64) for p in trainable_params(model).values()]
+        [p.detach().reshape(-1).to("cpu", torch.float64)
+         for p in _params(model, frozen).values()]
     ).numpy()
 
 
@@ -46,11 +53,21 @@ def load_flat_tensor(model: torch.nn.Module, vector: torch.Tensor) -> None:
     torch.nn.utils.vector_to_parameters(vector, list(trainable_params(model).values()))
 
 
-@torch.no_grad()
-def load_flat(model: torch.nn.Module, vector: np.ndarray) -> None:
-    """Inverse of :func:`flat_vector` (cast to each parameter's dtype)."""
-    offset = 0
-    for p in trainable_params(model).values():
+def unflatten(model: torch.nn.Module, vector: np.ndarray,
+              frozen: bool = False) -> dict[str, torch.Tensor]:
+    """:func:`flat_vector`'s ``vector`` cut back into new tensors by name, at each
+    parameter's shape and dtype (on the CPU)."""
+    out, offset = {}, 0
+    for name, p in _params(model, frozen).items():
         chunk = torch.tensor(vector[offset : offset + p.numel()])  # copies: may be read-only
-        p.copy_(chunk.reshape(p.shape).to(p.dtype))
+        out[name] = chunk.reshape(p.shape).to(p.dtype)
         offset += p.numel()
+    return out
+
+
+@torch.no_grad()
+def load_flat(model: torch.nn.Module, vector: np.ndarray, frozen: bool = False) -> None:
+    """Inverse of :func:`flat_vector` (cast to each parameter's dtype)."""
+    live = _params(model, frozen)
+    for name, value in unflatten(model, vector, frozen).items():
+        live[name].copy_(value)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from decent.core.messages import messages_to
+from decent.core.messages import Message, messages_to
 from decent.core.stats import Stat
 from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RunConfig
@@ -18,6 +18,20 @@ from decent.platform.plan import RunPlan, build_plan
 
 
 class LocalBackend:
+    def record_messages(self) -> list[Message]:
+        """From now on, every message the router accepts (what crossed the network, sized),
+        appended to the returned list: for checks of payloads and bytes."""
+        posted: list[Message] = []
+        post = self.router.post
+
+        def recording(round_: int, phase: int, messages: Any, compute: Any = None) -> None:
+            messages = list(messages)
+            posted.extend(messages)
+            post(round_, phase, messages, compute)
+
+        self.router.post = recording  # type: ignore[method-assign]
+        return posted
+
     def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
         self.cfg = cfg
         plan = plan or build_plan(cfg)

@@ -48,7 +48,7 @@ from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, 
 from decent.robust.aggregators import AGGREGATORS, aggregate
 from decent.robust.commitment import commitment, draw_nonce, verifies
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.local_training import OPTIMIZERS
+from decent.strategies.local_training import OPTIMIZERS, make_optimizer
 
 
 @dataclass
@@ -57,7 +57,8 @@ class DSOConfig:
     batch_size: int = at_least(1, 8)
     optimizer: str = one_of(OPTIMIZERS, "sgd")  # the step every client takes with g_agg
     lr: float = positive(0.05)
-    momentum: float = in_range(0.0, 0, 1, hi_open=True)
+    momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
+    weight_decay: float = at_least(0, 0.0)
     aggregator: str = one_of(AGGREGATORS, "trimmed_mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
     verify_commitments: bool = True
@@ -117,11 +118,8 @@ class DSO(Strategy[DSOState]):
 
     def init_state(self, client: Client[DSOState], shared: Any) -> DSOState:
         cfg = self.cfg
-        live = list(params.trainable_params(client.model).values())
-        optimizer = torch.optim.AdamW(live, lr=cfg.lr, weight_decay=0.0) \
-            if cfg.optimizer == "adamw" else torch.optim.SGD(live, lr=cfg.lr,
-                                                              momentum=cfg.momentum)
-        state = DSOState(optimizer=optimizer, feedback=ErrorFeedback(self.compressor))
+        state = DSOState(optimizer=make_optimizer(client.model, cfg),
+                         feedback=ErrorFeedback(self.compressor))
         if not self.is_aggregator(client.cid) and cfg.dp.enabled and client.data is not None:
             state.ledger = PrivacyLedger(self.noise_std() / cfg.dp.clip,
                                          cfg.batch_size / len(client.data))

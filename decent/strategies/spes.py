@@ -39,6 +39,7 @@ from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
+from decent.models import params
 from decent.models.expert_merging import merge_layer
 from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
 from decent.models.router_losses import RouterLossConfig
@@ -277,7 +278,8 @@ class SPES(ServerStar, Strategy[SPESState]):
         client.state = self.init_state(client, shared)
         if vector is None:
             return
-        values = _unflatten(client.model, vector)
+        values = {n: v.to(client.device)
+                  for n, v in params.unflatten(client.model, vector, frozen=True).items()}
         frozen = shared.frozen
         experts = shared.all_experts()
         key = next((k for k, version in frozen.versions.items()
@@ -293,13 +295,12 @@ class SPES(ServerStar, Strategy[SPESState]):
     def state_vector(self, client: Client[SPESState]) -> np.ndarray:
         """Every parameter, φ and all experts, in the model's order (the same for every
         client, whichever experts it trains)."""
-        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64)
-                          for p in client.model.parameters()]).numpy()
+        return params.flat_vector(client.model, frozen=True)
 
     def load_state_vector(self, client: Client[SPESState], vector: np.ndarray) -> None:
         """Into a model whose every parameter is its own (the server, the evaluated global
         average); a joining worker goes through :meth:`bootstrap`."""
-        _load(client.model, _unflatten(client.model, vector))
+        params.load_flat(client.model, vector, frozen=True)
 
 
 def _set_parameter(model: torch.nn.Module, name: str, value: torch.nn.Parameter) -> None:
@@ -322,12 +323,3 @@ def _load(model: torch.nn.Module, values: dict[str, torch.Tensor],
     for name, p in model.named_parameters():
         if name not in skip:
             p.copy_(values[name])
-
-
-def _unflatten(model: torch.nn.Module, vector: np.ndarray) -> dict[str, torch.Tensor]:
-    out, offset = {}, 0
-    for name, p in model.named_parameters():
-        chunk = torch.tensor(vector[offset: offset + p.numel()])
-        out[name] = chunk.reshape(p.shape).to(p.dtype, copy=True).to(p.device)
-        offset += p.numel()
-    return out
