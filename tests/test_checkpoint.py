@@ -49,6 +49,9 @@ def config(tmp_path, name, **extra):
         strategy.update(hops=1, refresh_every=2)
     if name == "spes":  # merges across the checkpoint
         strategy.update(merge_warmup_steps=10, merge_every=2, merge_top_k=2)
+    if name == "dso":  # asynchronous: gradients still being computed across the checkpoint
+        strategy.update(asynchronous=True)
+        extra.setdefault("compute", {"speeds": [1.0, 1.0, 0.5, 0.3, 1.0, 0.4]})
     return method_config(tmp_path, name, 5 if name in STAR_METHODS else 6, rounds=6,
                          strategy=strategy, checkpoint={"every": 2}, **extra)
 

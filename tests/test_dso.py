@@ -215,9 +215,10 @@ def test_dso_needs_a_two_tier_graph(tmp_path):
 
 
 def test_dso_on_ray_equals_local(tmp_path, ray_session):
-    base = dso(tmp_path, rounds=3, dp={"enabled": True},
+    base = dso(tmp_path, rounds=3, dp={"enabled": True}, asynchronous=True,
                sections={"faults": {"byzantine": [5], "attack": {"name": "gaussian"},
-                                    "drop": 0.1}})
+                                    "drop": 0.1},
+                         **timed([1.0, 0.5, 0.3] * 3 + [1.0])})
     assert_ray_equals_local(base, clients_per_actor=5)
 
 
@@ -236,3 +237,65 @@ def test_a_workers_upload_is_the_closed_form(tmp_path, compression):
     for worker in range(4, 14):  # 32 B commitment, then 16 B nonce + the payload
         mine = [m for m in spy.sent if m.src == worker]
         assert sorted(m.nbytes for m in mine) == sorted([32, 16 + payload])
+
+
+# the asynchronous option: 4 aggregators at reference speed, 10 workers of these speeds
+WORKER_SPEEDS = [1.0, 0.5, 0.4, 0.3, 1.5, 0.9, 0.25, 1.0, 0.6, 0.34]
+PERIODS = [1, 2, 3, 4, 1, 2, 4, 1, 2, 3]  # ⌈1/s⌉ ticks per gradient, capped below at 1
+
+
+def timed(speeds, **modelled):
+    return {"compute": {"mode": "modelled", "speeds": [1.0] * 4 + speeds,
+                        "flops_per_step": 1e12, "device_tflops": 1.0, **modelled}}
+
+
+def test_asynchronous_workers_reveal_every_period_with_their_gradients_age(tmp_path):
+    rounds = 9
+    spy = Spy(dso(tmp_path, rounds=rounds, asynchronous=True,
+                  sections=timed(WORKER_SPEEDS)))
+    staleness = []
+    for r in range(rounds):
+        spy.sent.clear()
+        stats, _ = spy.backend.run_round(r)
+        reveals = {m.src: m for m in spy.sent if m.tag == "reveal"}
+        commits = {m.src for m in spy.sent if m.tag == "commit"}
+        due = {4 + i for i, p in enumerate(PERIODS) if (r + 1) % p == 0}
+        assert set(reveals) == commits == due, r  # a worker speaks once its gradient is done
+        ages = []
+        for w, msg in reveals.items():  # taken p − 1 ticks ago, on the model of that step
+            assert int(msg.payload["step"][0]) == r - PERIODS[w - 4] + 1
+            ages.append(PERIODS[w - 4] - 1)
+        staleness.append(ages)
+        got = [stats[a]["staleness"] for a in range(4)]
+        assert sum(s.total for s in got) == sum(ages) and sum(s.count for s in got) == len(ages)
+    spy.backend.close()
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=rounds, asynchronous=True,
+                                             sections=timed(WORKER_SPEEDS))))
+    for row, ages in zip(rows, staleness, strict=True):
+        assert row["staleness"] == pytest.approx(np.mean(ages), rel=1e-12)
+        assert row["staleness_count"] == len(ages)
+        # a tick lasts as long as the slowest worker's share of its gradient: 1/(p·s) s
+        assert row["sim_compute_s"] == pytest.approx(
+            max(1 / (p * s) for p, s in zip(PERIODS, WORKER_SPEEDS, strict=True)), rel=1e-12)
+    flat = [a for ages in staleness for a in ages]
+    from decent.platform.runner import summarize
+
+    summary = summarize(from_dict(dso(tmp_path, rounds=rounds)), rows, 0.0, "x")
+    assert summary["staleness_run"] == pytest.approx(np.mean(flat), rel=1e-12)
+    # synchronous, the same fleet waits for its slowest worker every round
+    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=2,
+                                             sections=timed(WORKER_SPEEDS))))
+    assert [r["sim_compute_s"] for r in rows] == pytest.approx([1 / 0.25] * 2, rel=1e-12)
+    assert "staleness" not in rows[0]
+
+
+def test_asynchronous_at_reference_speed_is_the_synchronous_method(tmp_path):
+    fleet = timed([1.0] * 5 + [2.0] * 5)
+    sync_rows, sync_vectors = rows_and_vectors(from_dict(dso(tmp_path, rounds=3,
+                                                             sections=fleet)))
+    rows, vectors = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, asynchronous=True,
+                                                   sections=fleet)))
+    assert all(np.array_equal(vectors[c], sync_vectors[c]) for c in vectors)
+    for a, s in zip(rows, sync_rows, strict=True):
+        assert a["staleness"] == 0.0 and a["gmp_loss"] == s["gmp_loss"]
+        assert a["bytes"] == s["bytes"] + 8 * 10  # each reveal's int64 step

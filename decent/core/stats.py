@@ -30,6 +30,21 @@ class Max:
 
 
 Stat = float | Mean | Max
+COUNT = "_count"  # a pooled mean's round figure comes with how many events it pooled
+
+
+def pooled_over_rounds(rows: list[Mapping[str, float]]) -> dict[str, float]:
+    """Every pooled mean (a :class:`Mean` statistic) pooled over the whole run, as
+    ``<name>_run``: Σ_rounds mean·count / Σ_rounds count — e.g. the mean staleness of every
+    update the run applied, not the mean of the rounds' means."""
+    out: dict[str, float] = {}
+    keys = sorted({k for row in rows for k in row if k + COUNT in row})
+    for key in keys:
+        pairs = [(row[key], row[key + COUNT]) for row in rows if key + COUNT in row]
+        count = sum(c for _, c in pairs)
+        if count:
+            out[key + "_run"] = float(sum(v * c for v, c in pairs) / count)
+    return out
 
 
 def reduce_stats(per_client: Mapping[int, Mapping[str, Stat]]) -> dict[str, float]:
@@ -42,6 +57,7 @@ def reduce_stats(per_client: Mapping[int, Mapping[str, Stat]]) -> dict[str, floa
             count = sum(v.count for v in values)  # type: ignore[union-attr]
             if count:
                 out[key] = float(sum(v.total for v in values) / count)  # type: ignore[union-attr]
+                out[key + COUNT] = float(count)  # so the run's summary can pool the rounds
         elif all(isinstance(v, Max) for v in values):
             out[key] = float(max(v.value for v in values))  # type: ignore[union-attr]
         elif all(isinstance(v, (int, float)) for v in values):

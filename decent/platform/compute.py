@@ -63,7 +63,7 @@ class ComputeClock:
         self.seconds_per_step = step_flops(cfg, num_parameters, strategy_cfg) / (
             cfg.device_tflops * 1e12)
 
-    def seconds(self, cid: int, steps: int, wall_s: float) -> float:
+    def seconds(self, cid: int, steps: float, wall_s: float) -> float:
         if self.mode == "measured":
             return wall_s / self.speed[cid]
         if self.mode == "modelled":

@@ -129,6 +129,7 @@ class ClientGroup:
                 data=shards.get(cid),
                 device=device,
                 generator=torch.Generator().manual_seed(client_seed(cfg.seed, cid)),
+                speed=self.clock.speed[cid],
             )
             init_rng_states(client, cfg.seed)
             with own_rng(client):

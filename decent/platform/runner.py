@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from decent.core.errors import ActorLost, ConfigError
-from decent.core.stats import Stat, reduce_stats
+from decent.core.stats import Stat, pooled_over_rounds, reduce_stats
 from decent.network.router import RoundTraffic
 from decent.platform import checkpoint
 from decent.platform.config import RunConfig, load_config, to_yaml
@@ -298,6 +298,7 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: s
         summary["rounds_to_target"] = None if hit is None else hit["round"] + 1
     if "loss" in rows[-1]:
         summary["final_loss"] = rows[-1]["loss"]
+    summary.update(pooled_over_rounds(rows))
     summary.update({k: v for k, v in last_eval.items()
                     if k.startswith(("gmp_", "client_", "consensus"))})
     return summary

@@ -62,11 +62,16 @@ class Client(Generic[StateT]):
     rng_states: dict[str, torch.Tensor] = field(default_factory=dict)
     # Optimisation steps taken in the current phase: what a modelled compute time charges
     # (the platform reads and resets it after every phase).
-    steps: int = 0
+    steps: float = 0
+    # The client's compute speed factor (``compute.speeds`` / ``compute.speed_spread``; 1:
+    # the reference device): what a method with workers of different speeds (DSO's
+    # asynchronous option) derives its schedule from. Set by the platform.
+    speed: float = 1.0
 
-    def count_steps(self, k: int) -> None:
-        """Charge ``k`` optimisation steps (one local SGD step, one ZO estimate) to this
-        phase's compute time."""
+    def count_steps(self, k: float) -> None:
+        """Charge ``k`` optimisation steps (one local SGD step, one ZO estimate; a
+        fraction: the part of a longer step done in this phase) to this phase's compute
+        time."""
         self.steps += k
 
 

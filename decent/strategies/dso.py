@@ -24,6 +24,15 @@ the aggregator nearest by latency. A round is one optimisation step:
 so every client holds the same model whenever the gossip covered every aggregator. A
 Byzantine worker's attack is in the gradient it commits to (it verifies; only robust
 aggregation can stop it), except ``forge``, which changes the payload after committing.
+
+``asynchronous``: a round is one tick of the reference device's step time, and nobody
+waits for a slow worker. A worker of speed factor s (``compute.speeds`` /
+``compute.speed_spread``) needs p = ⌈1/s⌉ ticks per gradient: it takes the gradient of
+the model it holds when it starts, and commits and reveals it p − 1 ticks later (the
+gradient of a model that is p − 1 steps old); in between it sends nothing, and its
+aggregator aggregates what has arrived. The reveal carries the step the gradient was
+taken at (8 B), and the aggregators report the mean age of what they aggregate
+(``staleness``). With every s ≥ 1 it is the synchronous method, step for step.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
-from decent.core.stats import Max
+from decent.core.stats import Max, Mean
 from decent.models import params
 from decent.models.sensitivity import activation_sensitivity
 from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, noise_std
@@ -71,6 +80,7 @@ class DSOConfig:
     probe_batches: int = at_least(1, 4)
     fanout: int = at_least(1, 4)
     gossip_rounds: int = at_least(1, 3)
+    asynchronous: bool = False  # workers of different speeds, nobody waits (see above)
     dp: DPConfig = field(default_factory=DPConfig)
 
 
@@ -81,6 +91,9 @@ class DSOState:
     sensitivity: dict[str, torch.Tensor] = field(default_factory=dict)
     ledger: PrivacyLedger | None = None
     pending: Any = None  # a worker's committed payload and nonce until it reveals them
+    # asynchronous: the gradient a worker is computing and the step it was taken at
+    in_flight: dict[str, torch.Tensor] | None = None
+    started: int = 0
     commits: dict[int, bytes] = field(default_factory=dict)  # aggregator: worker → digest
     gathered: dict[int, Any] = field(default_factory=dict)  # aggregator: G, aggregator → ĝ
     pushers: list[int] = field(default_factory=list)  # who pushed to it last phase
@@ -139,14 +152,13 @@ class DSO(Strategy[DSOState]):
         semantic = cfg.semantic and cfg.compression != "none"
         if ctx.round % cfg.sensitivity_every == 0 and semantic:
             state.sensitivity = self.probe_sensitivity(client, ctx)
-        client.count_steps(1)
-        client.model.train()
-        live = params.trainable_params(client.model)
-        loss = ctx.task.loss(client.model, client.data.sample(cfg.batch_size,
-                                                               client.generator))
-        grads = torch.autograd.grad(loss, list(live.values()))
-        g = {name: t.detach().clone() for name, t in zip(live, grads, strict=True)}
-        client.stats["loss"] = float(loss.detach())
+        if state.in_flight is None:
+            state.in_flight, state.started = self.gradient(client, ctx), ctx.round
+        period = self.period(client)
+        client.count_steps(1 / period)  # a gradient of p ticks: 1/p of it in each
+        if ctx.round < state.started + period - 1:
+            return []  # still computing
+        g, state.in_flight = state.in_flight, None
         aggregator = self.tier[client.cid]
         if ctx.tamper is not None:  # a Byzantine worker commits to its attacked gradient
             g = ctx.tamper(g, aggregator)
@@ -160,6 +172,22 @@ class DSO(Strategy[DSOState]):
         state.pending = (payload, nonce)
         digest = torch.frombuffer(bytearray(commitment(payload, nonce)), dtype=torch.uint8)
         return [Message(client.cid, aggregator, "commit", digest, tampered=True)]
+
+    def period(self, client: Client[DSOState]) -> int:
+        """Ticks a worker needs per gradient: ⌈1/s⌉ when asynchronous, else 1."""
+        if not self.cfg.asynchronous:
+            return 1
+        return max(1, int(np.ceil(1.0 / client.speed - 1e-9)))
+
+    def gradient(self, client: Client[DSOState], ctx: PhaseContext) -> dict[str, torch.Tensor]:
+        """∇ loss of the worker's current model on a batch of its shard."""
+        client.model.train()
+        live = params.trainable_params(client.model)
+        loss = ctx.task.loss(client.model, client.data.sample(self.cfg.batch_size,
+                                                               client.generator))
+        grads = torch.autograd.grad(loss, list(live.values()))
+        client.stats["loss"] = float(loss.detach())
+        return {name: t.detach().clone() for name, t in zip(live, grads, strict=True)}
 
     def probe_sensitivity(self, client: Client[DSOState],
                           ctx: PhaseContext) -> dict[str, torch.Tensor]:
@@ -177,13 +205,17 @@ class DSO(Strategy[DSOState]):
             state.commits = {m.src: bytes(m.payload.numpy()) for m in self.fresh(inbox, ctx)
                              if m.tag == "commit"}
             return []
+        if state.pending is None:
+            return []  # asynchronous: no gradient finished this tick
         payload, nonce = state.pending
         state.pending = None
-        nonce_t = torch.frombuffer(bytearray(nonce), dtype=torch.uint8)
+        reveal = {"update": payload,
+                  "nonce": torch.frombuffer(bytearray(nonce), dtype=torch.uint8)}
+        if self.cfg.asynchronous:
+            reveal["step"] = torch.tensor([state.started], dtype=torch.int64)
         # an attacked gradient went into the commitment already (ctx.tamper); a forger's
         # payload is changed on the way out
-        return [Message(client.cid, self.tier[client.cid], "reveal",
-                        {"update": payload, "nonce": nonce_t},
+        return [Message(client.cid, self.tier[client.cid], "reveal", reveal,
                         tampered=ctx.tamper is not None)]
 
     def sync(self, client: Client[DSOState], inbox: list[Message], ctx: PhaseContext) -> None:
@@ -200,7 +232,7 @@ class DSO(Strategy[DSOState]):
             return []
         state, cfg = client.state, self.cfg
         live = params.trainable_params(client.model)
-        accepted, rejected = [], 0
+        accepted, rejected, ages = [], 0, []
         for msg in self.fresh(inbox, ctx):
             if msg.tag != "reveal":
                 continue
@@ -211,7 +243,11 @@ class DSO(Strategy[DSOState]):
                 rejected += 1
                 continue
             accepted.append(self.decompress(update, live))
+            if "step" in msg.payload:
+                ages.append(ctx.round - int(msg.payload["step"][0]))
         client.stats["rejected_payloads"] = float(rejected)
+        if cfg.asynchronous:
+            client.stats["staleness"] = Mean(float(sum(ages)), len(ages))
         state.commits = {}
         state.gathered = {}
         if accepted:
