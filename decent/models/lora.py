@@ -37,8 +37,11 @@ class LoRAConfig:
             )
 
 
-def apply_lora(model: nn.Module, lora: LoRAConfig, prefix: str = "model.lora") -> nn.Module:
-    """Wrap ``model`` with peft LoRA adapters; afterwards only adapter tensors are trainable.
+def apply_lora(model: nn.Module, lora: LoRAConfig, prefix: str = "model.lora",
+               task_type: str = "CAUSAL_LM",
+               modules_to_save: list[str] | None = None) -> nn.Module:
+    """Wrap ``model`` with peft LoRA adapters; afterwards only adapter tensors (and the
+    modules named in ``modules_to_save``, e.g. a reward model's head) are trainable.
 
     peft only complains when *no* target matches, so each name is checked here: a typo in one
     of two targets would otherwise silently train half the intended adapters.
@@ -67,7 +70,8 @@ def apply_lora(model: nn.Module, lora: LoRAConfig, prefix: str = "model.lora") -
         lora_dropout=lora.dropout,
         target_modules=targets,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=task_type,
+        modules_to_save=modules_to_save,
     )
     try:
         with warnings.catch_warnings():

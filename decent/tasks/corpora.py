@@ -14,7 +14,7 @@ from pathlib import Path
 
 from decent.core.errors import ConfigError
 from decent.tasks.classification import load_classification
-from decent.tasks.hub import hub_dataset, short_reason
+from decent.tasks.hub import hub_train_split
 from decent.tasks.packages import package_file, version
 from decent.tasks.raw_data import Corpus, check_source
 
@@ -160,28 +160,12 @@ def _text_files(paths: list[str] | None) -> Corpus:
 def _hub_corpus(name: str) -> Corpus:
     """``hub:<dataset>[:<config>]``: the ``text`` column of the ``train`` split (or of the
     first split when there is no train split); empty texts are dropped."""
-    dataset_name, _, config = name.removeprefix("hub").removeprefix(":").partition(":")
-    if not dataset_name:
-        raise ConfigError("task.corpus", "write the hub corpus as hub:<dataset>[:<config>], "
-                          "e.g. hub:wikitext:wikitext-2-raw-v1")
-    label = f"{dataset_name}/{config}" if config else dataset_name
-    try:
-        dataset = hub_dataset(dataset_name, config or None)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError("task.source", f"could not load {label} from the Hugging Face hub "
-                          f"({short_reason(exc)}); with no network use task.corpus=text_files "
-                          "with task.paths") from None
-    splits = list(dataset)
-    if not splits:
-        raise ConfigError("task.corpus", f"hub dataset {label} has no splits")
-    split = "train" if "train" in splits else splits[0]
-    part = dataset[split]
+    part, label = hub_train_split(name, "task.corpus", "hub:wikitext:wikitext-2-raw-v1",
+                                  "use task.corpus=text_files with task.paths", "task.source")
     if "text" not in part.column_names:
-        raise ConfigError("task.corpus", f"hub dataset {label} has no 'text' column (columns: "
+        raise ConfigError("task.corpus", f"{label} has no 'text' column (columns: "
                           f"{', '.join(part.column_names)})")
     docs = [t for t in part["text"] if isinstance(t, str) and t.strip()]
     if not docs:
-        raise ConfigError("task.corpus", f"hub dataset {label} split {split} has no text")
-    return Corpus(docs, f"hub {label} split {split}")
+        raise ConfigError("task.corpus", f"{label} has no text")
+    return Corpus(docs, label)

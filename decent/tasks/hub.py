@@ -47,6 +47,29 @@ def hub_dataset(path: str, config: str | None) -> Any:
     return load_dataset(path, config) if config else load_dataset(path)
 
 
+def hub_train_split(name: str, field: str, example: str, offline_fix: str,
+                    load_field: str | None = None) -> tuple[Any, str]:
+    """The ``train`` split (else the first) of ``hub:<dataset>[:<config>]``, and a label
+    naming it; every failure is a ConfigError on ``field`` (a failed download on
+    ``load_field``, when given)."""
+    dataset_name, _, config = name.removeprefix("hub").removeprefix(":").partition(":")
+    if not dataset_name:
+        raise ConfigError(field, f"write it as hub:<dataset>[:<config>], e.g. {example}")
+    label = f"{dataset_name}/{config}" if config else dataset_name
+    try:
+        dataset = hub_dataset(dataset_name, config or None)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(load_field or field, f"could not load {label} from the Hugging Face hub "
+                          f"({short_reason(exc)}); with no network {offline_fix}") from None
+    splits = list(dataset)
+    if not splits:
+        raise ConfigError(field, f"hub dataset {label} has no splits")
+    split = "train" if "train" in splits else splits[0]
+    return dataset[split], f"hub {label} split {split}"
+
+
 def load_hub(name: str, spec: TaskSpec) -> ClassificationData:
     """The task from the hub. A later (path, config) candidate is tried only when the one
     before failed for a reason other than the network (e.g. the name moved on the hub)."""

@@ -8,6 +8,7 @@ from decent.tasks.cifar10 import Cifar10Config, Cifar10Task
 from decent.tasks.digits import DigitsConfig, DigitsTask
 from decent.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 from decent.tasks.linear_regression import LinearRegressionConfig, LinearRegressionTask
+from decent.tasks.preference import PreferenceConfig, PreferenceTask
 from decent.tasks.prompted import PromptedConfig, PromptedTask
 
 TASKS = Registry("task")
@@ -15,5 +16,6 @@ TASKS.register("digits", DigitsConfig, DigitsTask)
 TASKS.register("cifar10", Cifar10Config, Cifar10Task)
 TASKS.register("lm", LanguageModelingConfig, LanguageModelingTask)
 TASKS.register("linear_regression", LinearRegressionConfig, LinearRegressionTask)
+TASKS.register("preference", PreferenceConfig, PreferenceTask)
 for _name in CLASSIFICATION_TASKS:  # sst2, rte, boolq, rotten_tomatoes, bbc_news
     TASKS.register(_name, PromptedConfig, PromptedTask)
