@@ -129,6 +129,38 @@ def test_further_metrics_add_a_column_of_final_values(swept, capsys):
     assert "error: --metric: 'gmp_nope' is in no run's summary" in capsys.readouterr().err
 
 
+def test_columns_pivot_the_final_metric_over_one_key(swept, capsys):
+    tmp_path, _, index = swept
+    folder = report([index["dir"]], "gmp_loss", ["strategy.lr"], str(tmp_path / "pivot"),
+                    "topology.n")
+    text = (folder / "report.md").read_text()
+    assert "Final gmp_loss by topology.n (seeds per cell: 2):" in text
+    assert "| strategy.lr | n=4 | n=6 |" in text
+    cells: dict[tuple, list[float]] = {}
+    for trial in index["trials"]:
+        run_dir = Path(trial["run_dir"])
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cells.setdefault((cfg["strategy"]["lr"], cfg["topology"]["n"]), []).append(
+            json.loads((run_dir / "summary.json").read_text())["gmp_loss"])
+    for lr in (0.05, 0.1):
+        row = next(line for line in text.splitlines() if line.startswith(f"| lr={lr} |")
+                   or line.startswith(f"| strategy.lr={lr} |"))
+        got = [c.strip() for c in row.split("|")[2:-1]]
+        want = [f"{statistics.mean(v):.4g} ± {statistics.stdev(v):.2g}"
+                for v in (cells[(lr, 4)], cells[(lr, 6)])]
+        assert got == want
+    assert main(["report", index["dir"], "--columns", "topology.nope"]) == 2
+    assert "error: --columns: 'topology.nope' is not a config key" in capsys.readouterr().err
+
+
+def test_a_diverged_run_is_counted_not_averaged():
+    from decent.platform.report import Run, final_cell
+
+    runs = [Run(Path("a"), {}, {"gmp_loss": v}, []) for v in (2.0, 3.0, float("nan"))]
+    assert final_cell(runs, "gmp_loss") == "2.5 ± 0.71, 1/3 diverged"
+    assert final_cell(runs[2:], "gmp_loss") == "diverged (1/1)"
+
+
 def test_initial_evaluation_is_the_starting_model_and_survives_resume(tmp_path):
     """eval.initial: the summary's initial_* metrics are the untrained model's, also after
     a resume from a checkpoint."""

@@ -48,7 +48,7 @@ def _report(args: argparse.Namespace) -> int:
     from decent.platform.report import report as make_report
 
     by = None if args.by is None else [k for k in args.by.split(",") if k]
-    folder = make_report(args.paths, args.metric, by, args.out)
+    folder = make_report(args.paths, args.metric, by, args.out, args.columns)
     print(f"report: {folder / 'report.md'}")
     return 0
 
@@ -154,6 +154,9 @@ def parser() -> argparse.ArgumentParser:
                    "more, comma-separated, add a column each")
     o.add_argument("--by", help="config keys to group by, comma-separated (default: the "
                    "keys that differ between the runs)")
+    o.add_argument("--columns", help="a config key whose values become columns of a "
+                   "second table of the final metric, the --by keys its rows (e.g. "
+                   "faults.byzantine_fraction)")
     o.add_argument("--out", help="output folder (default: <path>/report)")
     o.set_defaults(func=_report)
     c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")

@@ -121,6 +121,44 @@ def table(groups: dict[tuple, list[Run]], keys: list[str], metric: str,
     return "\n".join(lines) + "\n"
 
 
+def final_cell(runs: list[Run], metric: str) -> str:
+    """mean ± std of the runs' final ``metric``; a run that ended on inf or nan (diverged)
+    is counted, not averaged."""
+    values = [r.summary.get(metric) for r in runs]
+    bad = sum(1 for v in values if v is not None and not math.isfinite(v))
+    cell = spread(values)
+    if bad:
+        cell = f"diverged ({bad}/{len(runs)})" if cell == "—" else \
+            f"{cell}, {bad}/{len(runs)} diverged"
+    return cell
+
+
+def pivot(runs: list[Run], rows: list[str], column: str, metric: str) -> str:
+    """The final ``metric`` with one column per value of the config key ``column`` and one
+    row per combination of ``rows``; blank where no run has that combination."""
+    cells: dict[tuple, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+    for run in sorted(runs, key=lambda r: str(r.path)):
+        cells[tuple(run.config.get(k) for k in rows)][json.dumps(run.config.get(column))] \
+            .append(run)
+    columns = sorted({c for by_col in cells.values() for c in by_col}, key=_order)
+    counts = sorted({len(rs) for by_col in cells.values() for rs in by_col.values()})
+    seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    head = f"| {' / '.join(rows) or 'runs'} | " + " | ".join(
+        f"{column.rsplit('.', 1)[-1]}={json.loads(c)}" for c in columns) + " |"
+    lines = [f"Final {metric} by {column} (seeds per cell: {seeds}):\n", head,
+             "|" + "---|" * (1 + len(columns))]
+    for values in sorted(cells, key=lambda v: [str(x) for x in v]):
+        lines.append(f"| {label(rows, values)} | " + " | ".join(
+            final_cell(cells[values][c], metric) if c in cells[values] else ""
+            for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _order(encoded: str) -> tuple:
+    value = json.loads(encoded)  # numbers in numeric order, before anything else
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
 def curves(runs: list[Run], metric: str, x: str) -> tuple[list[float], list[float], list[float]]:
     """Mean and std of ``metric`` over the runs at each evaluated round, against ``x``."""
     by_round: dict[int, list[tuple[float, float]]] = defaultdict(list)
@@ -206,16 +244,21 @@ def plot_edges(run: Run, out: Path) -> bool:
 
 
 def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None = None,
-           out: str | None = None) -> Path:
+           out: str | None = None, columns: str | None = None) -> Path:
     """``metric`` may list several, comma-separated: the first is compared (final, best,
-    plots), the others add a column of their final values."""
+    plots), the others add a column of their final values. ``columns``: a config key whose
+    values become the columns of a second table of the final metric (the rows: the
+    ``by`` keys), e.g. the Byzantine fraction across, the aggregator down."""
     metric, *also = [m.strip() for m in metric.split(",") if m.strip()] or [""]
     runs = find_runs(paths)
     keys = varying_keys(runs) if by is None else by
-    unknown = [k for k in keys if not any(k in r.config for r in runs)]
-    if unknown:
-        raise ConfigError("--by", f"{unknown[0]!r} is not a config key of these runs "
-                          "(e.g. strategy.name, topology.n)")
+    for flag, asked in (("--by", keys), ("--columns", [columns] if columns else [])):
+        unknown = [k for k in asked if not any(k in r.config for r in runs)]
+        if unknown:
+            raise ConfigError(flag, f"{unknown[0]!r} is not a config key of these runs "
+                              "(e.g. strategy.name, topology.n)")
+    if columns:
+        keys = [k for k in keys if k != columns] + [columns]
     for m in (metric, *also):
         if any(m in r.summary for r in runs):
             continue
@@ -232,6 +275,8 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     folder.mkdir(parents=True, exist_ok=True)
     text = [f"# Report: {metric}\n", f"{len(runs)} runs from {', '.join(paths)}\n",
             table(groups, keys, metric, tuple(also))]
+    if columns:
+        text.append(pivot(runs, keys[:-1], columns, metric))
     for x, log_x, name in (("bytes_total", True, "vs_bytes"), ("round", False, "vs_rounds"),
                            ("sim_time_total_s", False, "vs_sim_time")):
         png = f"{metric}_{name}.png"
