@@ -153,3 +153,17 @@ def test_reward_model_gradients_go_through_dso(tmp_path):
 def test_aso_on_ray_equals_local(tmp_path, ray_session):
     assert_ray_equals_local(aso(tmp_path, faults={"byzantine": [2], "attack": {"name": "scale"}}),
                             clients_per_actor=3)
+
+
+def test_a_lora_reward_model_trains_its_adapters_and_its_head(tmp_path):
+    lora = {"name": "reward_model", "path": "tiny-llama", "lora": {"enabled": True}}
+    backend = LocalBackend(from_dict(aso(tmp_path, model=lora)))
+    sent = backend.record_messages()
+    backend.run_round(0)
+    model = backend.group.clients[1].model
+    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    assert trainable[-1].endswith("score.modules_to_save.default.weight")
+    assert all("lora_" in n for n in trainable[:-1]) and len(trainable) == 9
+    reveal = next(m for m in sent if m.tag == "reveal")
+    assert len(reveal.payload["update"]) == 9  # adapters and head, nothing frozen
+    backend.close()
