@@ -45,7 +45,7 @@ def np_rule(rule, rows, beta=0.1):
         return rows.mean(0)
     if rule == "median":
         return np.median(rows, axis=0)
-    cut = int(beta * len(rows))
+    cut = min(int(np.ceil(beta * len(rows) - 1e-9)), (len(rows) - 1) // 2)
     return np.sort(rows, axis=0)[cut: len(rows) - cut].mean(0)
 
 
@@ -56,7 +56,7 @@ def dense(payload, like):
 
 @pytest.mark.parametrize("rule", ["trimmed_mean", "median", "mean"])
 def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule):
-    # 3 aggregators of 11 workers each, so that β = 0.1 trims one value per side
+    # 3 aggregators of 11 workers each, so that β = 0.1 trims ⌈1.1⌉ = 2 values per side
     spy = Spy(dso(tmp_path, n=36, aggregators=3, aggregator=rule, fanout=2))
     group = spy.backend.group
     theta0 = {n: p.detach().double().numpy().copy()

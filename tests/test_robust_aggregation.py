@@ -27,8 +27,17 @@ def test_trimmed_mean_drops_beta_m_per_side_per_coordinate():
     expected = [np.sort(HAND[:, j])[1:4].mean() for j in range(4)]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got, [3.0, -1.0, 0.5, 11.0])  # the outlier is gone
-    # β = 0.1 of 5: ⌊0.5⌋ = 0 per side, the plain mean (outlier included)
-    np.testing.assert_allclose(trimmed_mean(torch.tensor(HAND), 0.1).numpy(), HAND.mean(0))
+    # β = 0.1 of 5 senders can still be one of them: ⌈0.5⌉ = 1 per side, the same cut
+    np.testing.assert_allclose(trimmed_mean(torch.tensor(HAND), 0.1).numpy(), expected)
+    # β = 0.1 of 30: ⌈3⌉ = 3 per side exactly (0.1·30 is 3.0000000000000004 in floats)
+    rows = np.arange(60.0).reshape(30, 2)
+    np.testing.assert_allclose(trimmed_mean(torch.tensor(rows), 0.1).numpy(),
+                               rows[3:27].mean(0))
+    # never all: β = 0.45 of 4 would cut 2 per side, (4 − 1) // 2 = 1 is kept to
+    np.testing.assert_allclose(trimmed_mean(torch.tensor(HAND[:4]), 0.45).numpy(),
+                               np.sort(HAND[:4], axis=0)[1:3].mean(0))
+    # β = 0 is the plain mean
+    np.testing.assert_allclose(trimmed_mean(torch.tensor(HAND), 0.0).numpy(), HAND.mean(0))
 
 
 def test_median_is_numpys_for_odd_and_even_counts():
@@ -38,7 +47,7 @@ def test_median_is_numpys_for_odd_and_even_counts():
 
 
 def test_krum_picks_the_vector_closest_to_its_neighbours():
-    # f = ⌊0.2·5⌋ = 1: each score sums the m − f − 2 = 2 nearest squared distances
+    # f = ⌈0.2·5⌉ = 1: each score sums the m − f − 2 = 2 nearest squared distances
     got = krum(torch.tensor(HAND), 0.2).numpy()
     d = ((HAND[:, None, :] - HAND[None, :, :]) ** 2).sum(-1)
     scores = [np.sort(np.delete(d[i], i))[:2].sum() for i in range(5)]

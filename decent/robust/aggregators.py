@@ -3,13 +3,16 @@
 Each rule takes the received vectors stacked as an (m, d) tensor and returns a d-vector:
 
 * ``mean`` — the plain average (no defence: one client can move it anywhere);
-* ``trimmed_mean`` — per coordinate, drop the ⌊β·m⌋ largest and ⌊β·m⌋ smallest values and
-  average the rest (Yin et al., 2018); β = 0.1 by default, DSO's choice, which tolerates
-  up to a β fraction of Byzantine senders per coordinate;
+* ``trimmed_mean`` — per coordinate, drop the f largest and f smallest values and average
+  the rest (Yin et al., 2018), f = ⌈β·m⌉ (at most (m − 1)/2, so one value stays); β = 0.1
+  by default, DSO's choice, which tolerates up to a β fraction of Byzantine senders per
+  coordinate. A β fraction of m senders can be ⌈β·m⌉ of them: ⌊β·m⌋ would let one through
+  whenever β·m is not a whole number — β = 0.1 over an aggregator's 8 workers would trim
+  nothing — and the nearest-by-latency tiers are rarely of equal size;
 * ``median`` — the coordinate-wise median (Yin et al., 2018); for an even m, the mean of
   the two middle values;
 * ``krum`` — the one received vector whose summed squared distance to its m − f − 2
-  nearest others is smallest, f = ⌊β·m⌋ the assumed number of Byzantine senders
+  nearest others is smallest, f = ⌈β·m⌉ the assumed number of Byzantine senders
   (Blanchard et al., 2017); it needs m > 2f + 2, and with fewer vectors the median is
   taken instead (``aggregate``; calling :func:`krum` itself raises).
 
@@ -19,6 +22,7 @@ their order, never on the backend.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -28,15 +32,19 @@ from decent.core.errors import ConfigError
 AGGREGATORS = ("mean", "trimmed_mean", "median", "krum")
 
 
+def assumed_byzantine(beta: float, m: int) -> int:
+    """⌈β·m⌉: how many of m senders a Byzantine fraction β can be (the 1e-9 keeps float
+    error from rounding 0.1·30 = 3.0000000000000004 up to 4)."""
+    return math.ceil(beta * m - 1e-9)
+
+
 def mean(stacked: torch.Tensor, beta: float = 0.0) -> torch.Tensor:
     return stacked.double().mean(dim=0).to(stacked.dtype)
 
 
 def trimmed_mean(stacked: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
     m = stacked.shape[0]
-    cut = int(beta * m)
-    if m - 2 * cut < 1:
-        raise ValueError(f"trimming {cut} per side leaves nothing of {m} vectors")
+    cut = min(assumed_byzantine(beta, m), (m - 1) // 2)
     ordered = torch.sort(stacked.double(), dim=0).values
     return ordered[cut: m - cut].mean(dim=0).to(stacked.dtype)
 
@@ -51,7 +59,7 @@ def median(stacked: torch.Tensor, beta: float = 0.0) -> torch.Tensor:
 
 def krum(stacked: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
     m = stacked.shape[0]
-    f = int(beta * m)
+    f = assumed_byzantine(beta, m)
     if m <= 2 * f + 2:
         raise ValueError(f"krum needs more than 2f + 2 = {2 * f + 2} vectors, got {m}")
     flat = stacked.double()
@@ -73,6 +81,6 @@ def aggregate(name: str, vectors: list[torch.Tensor], beta: float) -> torch.Tens
         raise ValueError("nothing to aggregate")
     shape = vectors[0].shape
     stacked = torch.stack([v.reshape(-1) for v in vectors])
-    if name == "krum" and len(vectors) <= 2 * int(beta * len(vectors)) + 2:
+    if name == "krum" and len(vectors) <= 2 * assumed_byzantine(beta, len(vectors)) + 2:
         name = "median"
     return RULES[name](stacked, beta).reshape(shape)
