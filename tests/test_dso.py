@@ -54,10 +54,13 @@ def dense(payload, like):
             for n, p in like.items()}
 
 
-@pytest.mark.parametrize("rule", ["trimmed_mean", "median", "mean"])
-def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule):
+@pytest.mark.parametrize(("rule", "top"), [("trimmed_mean", "mean"),
+                                           ("median", "trimmed_mean"), ("mean", "median")])
+def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule, top):
     # 3 aggregators of 11 workers each, so that β = 0.1 trims ⌈1.1⌉ = 2 values per side
-    spy = Spy(dso(tmp_path, n=36, aggregators=3, aggregator=rule, fanout=2))
+    # (and ⌈0.3⌉ = 1 of the 3 aggregates per side: their median)
+    spy = Spy(dso(tmp_path, n=36, aggregators=3, aggregator=rule, top_aggregator=top,
+                  fanout=2))
     group = spy.backend.group
     theta0 = {n: p.detach().double().numpy().copy()
               for n, p in params.trainable_params(group.clients[0].model).items()}
@@ -82,14 +85,14 @@ def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule):
             step = np.abs(local).max() / 127  # INT8's scale: the largest kept magnitude
             assert len(kept) <= int(np.ceil(0.1 * flat.size))
             np.testing.assert_allclose(flat[kept], local[kept], atol=step / 2 + 1e-6)
-            top = int(np.argmax(np.abs(local)))  # the largest entry is always kept
-            assert abs(flat[top] - local[top]) <= step / 2 + 1e-6
-    # level 2: every client steps with the rule over G's members
+            largest = int(np.argmax(np.abs(local)))  # always kept
+            assert abs(flat[largest] - local[largest]) <= step / 2 + 1e-6
+    # level 2: every client steps with the top rule over G's members
     members = [dense(G[a], live) for a in sorted(G)]
     for cid in (0, 1, 7, 35):
         now = params.trainable_params(group.clients[cid].model)
         for name in live:
-            g = np_rule(rule, [m[name].reshape(-1) for m in members]).reshape(theta0[name].shape)
+            g = np_rule(top, [m[name].reshape(-1) for m in members]).reshape(theta0[name].shape)
             np.testing.assert_allclose(now[name].detach().double().numpy(),
                                        theta0[name] - 0.1 * g, atol=1e-6)
     spy.backend.close()

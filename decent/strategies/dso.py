@@ -17,8 +17,9 @@ the aggregator nearest by latency. A round is one optimisation step:
   gossip     (R − 1 times) aggregator: merge what arrived; answer the aggregators that
              pushed to it with G and push G to `fanout` new random peers (the push-pull
              exchange of epidemic broadcast, Demers et al. 1987)
-  apply      aggregator: merge; g_agg = the robust aggregate over G; one optimiser step;
-             send G to its workers
+  apply      aggregator: merge; g_agg = the `top_aggregator` rule over G (the mean by
+             default: aggregators are trusted unless listed Byzantine); one optimiser
+             step; send G to its workers
   sync       worker: the same g_agg from the same G; the same step
 
 so every client holds the same model whenever the gossip covered every aggregator. A
@@ -68,7 +69,11 @@ class DSOConfig:
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
     weight_decay: float = at_least(0, 0.0)
-    aggregator: str = one_of(AGGREGATORS, "trimmed_mean")
+    aggregator: str = one_of(AGGREGATORS, "trimmed_mean")  # over an aggregator's workers
+    # over G, one aggregate per aggregator: the aggregators are not Byzantine unless
+    # faults.byzantine lists one, so a plain mean by default (robust rules there would
+    # discard honest aggregators' signal, e.g. the extremes of non-IID tiers)
+    top_aggregator: str = one_of(AGGREGATORS, "mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
     verify_commitments: bool = True
     # what travels: Top-k + INT8 (DSO's), Top-k with fp32 values, or dense fp32 (`keep`,
@@ -305,11 +310,12 @@ class DSO(Strategy[DSOState]):
 
     # ------------------------------------------------------------------ both
     def step(self, client: Client[DSOState], gathered: dict[int, Any]) -> None:
-        """One optimiser step with g_agg, the robust aggregate over the set G."""
+        """One optimiser step with g_agg, the ``top_aggregator`` rule over the set G."""
         live = params.trainable_params(client.model)
         members = [self.decompress(gathered[a], live) for a in sorted(gathered)]
         for name, p in live.items():
-            p.grad = aggregate(self.cfg.aggregator, [g[name] for g in members], self.cfg.trim)
+            p.grad = aggregate(self.cfg.top_aggregator, [g[name] for g in members],
+                               self.cfg.trim)
         client.state.optimizer.step()
         client.state.optimizer.zero_grad(set_to_none=True)
 
