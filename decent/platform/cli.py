@@ -95,6 +95,7 @@ SUMMARY_ROWS = (
     ("max bytes on one edge", "max_edge_bytes_total", "{:,}"),
     ("simulated time", "sim_time_total_s", "{:.3f} s"),
     ("  of which compute", "sim_compute_total_s", "{:.3f} s"),
+    ("gradient staleness (mean)", "staleness_run", "{:.3f} steps"),
     ("time to target", "time_to_target_s", "{:.3f} s"),
     ("rounds to target", "rounds_to_target", "{}"),
     ("messages lost", "dropped_messages_total", "{:,}"),
