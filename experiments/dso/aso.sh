@@ -27,6 +27,6 @@ arms() {
         "strategy.verify_commitments=false"
   done
 }
-arms | xargs -P "$jobs" -L 1 decent run >/dev/null
+arms | xargs -r -P "$jobs" -L 1 decent run >/dev/null
 decent report "$out" --by strategy.aggregator,faults.byzantine_fraction \
     --metric gmp_accuracy,gmp_loss,initial_gmp_accuracy,initial_gmp_loss --out "$here/report_aso"
