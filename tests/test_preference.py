@@ -80,7 +80,7 @@ def test_the_reward_is_the_head_on_the_last_real_tokens_state(task_and_model):
     assert torch.allclose(margins, got.view(-1, 2)[:, 0] - got.view(-1, 2)[:, 1])
     loss = task.loss(model, (pairs, torch.zeros(4)))
     want = sum(math.log1p(math.exp(-float(m))) for m in margins) / 4  # −log σ(m)
-    assert float(loss) == pytest.approx(want, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-5)
 
 
 def test_evaluation_is_the_held_out_loss_and_pairwise_accuracy(task_and_model):
