@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, text
+from decent.models.reward_model import rewards
 from decent.tasks.base import ClientData, Task
 from decent.tasks.corpora import load_corpus
 from decent.tasks.hub import hub_train_split
@@ -58,6 +59,15 @@ class PreferenceConfig:
     val_fraction: float = in_range(0.1, 0, 1, lo_open=True, hi_open=True)
     eval_batch_size: int = at_least(1, 32)
     max_eval_pairs: int | None = at_least(1, 256, nullable=True)  # None: all
+
+    def validate(self, prefix: str = "task") -> None:
+        if self.pairs != "shakespeare" and not is_hub(self.pairs):
+            raise ConfigError(f"{prefix}.pairs", f"unknown preference set {self.pairs!r}; "
+                              "choose shakespeare or hub:<dataset>[:<config>]")
+
+
+def is_hub(name: str) -> bool:
+    return name == "hub" or name.startswith("hub:")
 
 
 def shakespeare_pairs(source: str, data_dir: str | None, min_words: int, typo_rate: float,
@@ -114,14 +124,12 @@ class PreferenceTask(Task):
         self.cfg = cfg
         self.seed = seed
         self.tokenizer = load_tokenizer(model_cfg)
-        if cfg.pairs == "shakespeare":
-            triples = shakespeare_pairs(cfg.source, cfg.data_dir, cfg.min_words,
-                                        cfg.typo_rate, cfg.max_pairs)
-        elif cfg.pairs == "hub" or cfg.pairs.startswith("hub:"):
+        cfg.validate()
+        if is_hub(cfg.pairs):
             triples = hub_pairs(cfg.pairs, cfg.max_pairs)
         else:
-            raise ConfigError("task.pairs", f"unknown preference set {cfg.pairs!r}; choose "
-                              "shakespeare or hub:<dataset>[:<config>]")
+            triples = shakespeare_pairs(cfg.source, cfg.data_dir, cfg.min_words,
+                                        cfg.typo_rate, cfg.max_pairs)
         n_val = max(1, round(cfg.val_fraction * len(triples)))
         if len(triples) - n_val < 1:
             raise ConfigError("task.max_pairs", f"only {len(triples)} pairs: too few to hold "
@@ -157,8 +165,6 @@ class PreferenceTask(Task):
     @staticmethod
     def margins(model: torch.nn.Module, pairs: torch.Tensor) -> torch.Tensor:
         """r(chosen) − r(rejected) of each pair."""
-        from decent.models.reward_model import rewards
-
         r = rewards(model, pairs.flatten(0, 1)).view(-1, 2)
         return r[:, 0] - r[:, 1]
 
