@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from decent.platform.config import from_dict
-from decent.platform.ray_backend.backend import placement
+from decent.platform.ray_backend.backend import actor_slots, balanced, groups_for, placement
 from decent.platform.runner import run
 from tests.helpers import run_capturing, tiny
 
@@ -74,19 +74,53 @@ def test_placement_groups_clients_contiguously():
     assert placement(3, 8) == [[0, 1, 2]]
 
 
-def test_coordinator_actor_refuses_a_non_edge_message(tmp_path, ray_session):
-    """A strategy bug reaches the driver with the router's message, not a silent delivery."""
-    from decent.core.errors import StrategyError
-    from decent.core.messages import Message
-    from decent.platform.ray_backend.coordinator import Coordinator
+def test_balanced_groups_differ_by_at_most_one_client():
+    assert balanced(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+    assert balanced(3, 8) == [[0], [1], [2]]  # never more actors than clients
+    for n in range(1, 40):
+        for actors in range(1, 12):
+            groups = balanced(n, actors)
+            assert [c for g in groups for c in g] == list(range(n))
+            assert len(groups) == min(n, actors)
+            assert max(map(len, groups)) - min(map(len, groups)) <= 1
 
-    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 6}))
-    coordinator = Coordinator.remote(cfg, [[0, 1, 2], [3, 4, 5]])
+
+@pytest.mark.parametrize(("ray_cfg", "resources", "slots"), [
+    ({}, {"CPU": 2.0}, 2),  # one actor per CPU
+    ({"num_cpus_per_actor": 0.5}, {"CPU": 2.0}, 4),
+    ({"num_cpus_per_actor": 3}, {"CPU": 2.0}, 1),  # at least one
+    ({"num_gpus_per_actor": 0.25}, {"CPU": 16.0, "GPU": 2.0}, 8),  # GPU slots decide
+    ({"num_gpus_per_actor": 1}, {"CPU": 16.0, "GPU": 1.0}, 1),
+])
+def test_auto_sizes_actors_to_the_cluster(tmp_path, ray_cfg, resources, slots):
+    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 64}, ray=ray_cfg))
+    assert cfg.ray.clients_per_actor == "auto"  # the default
+    assert actor_slots(cfg.ray, resources) == slots
+    assert groups_for(cfg, resources) == balanced(64, slots)
+    small = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 3}, ray=ray_cfg))
+    assert len(groups_for(small, resources)) == min(3, slots)
+
+
+def test_an_explicit_clients_per_actor_wins(tmp_path):
+    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 10},
+                         ray={"clients_per_actor": 4}))
+    assert groups_for(cfg, {"CPU": 64.0}) == placement(10, 4)
+
+
+def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
+        tmp_path, ray_session):
+    from decent.platform.ray_backend.backend import RayBackend
+
+    base = tiny(tmp_path, topology={"name": "ring", "n": 5})
+    backend = RayBackend(from_dict({**base, "backend": "ray"}))
     try:
-        ok = Message(0, 1, "x", None)
-        ray_session.get(coordinator.post.remote(0, "local", [ok], {0: 0.0}))
-        with pytest.raises(StrategyError, match="from client 0 to client 3 in round 2"):
-            ray_session.get(coordinator.post.remote(2, "local", [Message(0, 3, "x", None)],
-                                                    {0: 0.0}))
+        assert backend.groups == [[0, 1, 2], [3, 4]]  # the session has 2 CPUs
     finally:
-        ray_session.kill(coordinator)
+        backend.close()
+    local_rows, local_vectors = rows_and_params(from_dict(base))
+    rows, vectors = rows_and_params(from_dict({**base, "backend": "ray"}))
+    assert rows == local_rows
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
+
+

@@ -253,39 +253,28 @@ def test_combo_with_churn_is_the_same_on_both_backends(tmp_path, ray_session):
         np.testing.assert_array_equal(vectors[cid], vec)
 
 
-class KillOnAdvance:
-    """Stands in for the Coordinator handle: the first ``advance`` it forwards (the one
-    that closes the round's "local" phase, once every request is posted) ray.kill()s the
-    actor hosting clients 4..7 first."""
-
-    def __init__(self, backend):
-        self.backend, self.coordinator, self.fired = backend, backend.coordinator, False
-
-    def __getattr__(self, name):
-        return getattr(self.coordinator, name)
-
-    @property
-    def advance(self):
-        import ray
-
-        if not self.fired:
-            self.fired = True
-            ray.kill(self.backend.actors[1])
-        return self.coordinator.advance
-
-
 class KillsMidRound(WrapsBackend):
-    """Wraps a RayBackend: kills the actor of clients 4..7 in the middle of ``round_``."""
+    """Wraps a RayBackend: in ``round_``, once every request of the round's "local" phase
+    is posted and before the phase closes, ray.kill()s the actor hosting clients 4..7."""
 
     def run_round(self, r):
         if r != self.round:
             return self.backend.run_round(r)
-        coordinator = self.backend.coordinator
-        self.backend.coordinator = KillOnAdvance(self.backend)
+        import ray
+
+        router = self.backend.router
+        advance = router.advance
+
+        def kill_then_advance():
+            router.advance = advance
+            ray.kill(self.backend.actors[1])
+            advance()
+
+        router.advance = kill_then_advance
         try:
             return self.backend.run_round(r)
         finally:
-            self.backend.coordinator = coordinator
+            router.advance = advance
 
 
 def test_a_worker_killed_mid_round_loses_no_round(tmp_path, ray_session):

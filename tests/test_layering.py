@@ -77,7 +77,7 @@ def test_no_package_imports_one_above_it(package, path):
 
 def test_the_ray_actors_live_beside_the_ray_backend():
     folder = ROOT / "platform" / "ray_backend"
-    assert {p.stem for p in folder.glob("*.py")} >= {"backend", "client_actor", "coordinator"}
+    assert {p.stem for p in folder.glob("*.py")} >= {"backend", "client_actor", "transport"}
     assert not (ROOT / "actors").exists()
 
 

@@ -35,7 +35,9 @@ class Check:
     """Allowed values of one field: a numeric interval or a set of choices.
 
     ``nullable`` lets ``None`` through (an optional field: "not set"). ``integer``
-    requires a whole number. ``each`` applies the check to every element of a list."""
+    requires a whole number (for fields typed ``Any``; OmegaConf checks ``int`` fields).
+    ``names`` are words allowed besides the interval (``auto``). ``each`` applies the
+    check to every element of a list."""
 
     lo: float | None = None
     hi: float | None = None
@@ -44,10 +46,16 @@ class Check:
     choices: tuple[str, ...] | None = None
     nullable: bool = False
     each: bool = False
+    integer: bool = False
+    names: tuple[str, ...] = ()
 
     def allows(self, value: Any) -> bool:
         if value is None:
             return self.nullable
+        if isinstance(value, str) and value in self.names:
+            return True
+        if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
         if self.choices is not None:
             return value in self.choices
         if self.lo is None and self.hi is None:
@@ -73,6 +81,10 @@ class Check:
             text = f"must be {'<' if self.hi_open else '≤'} {_num(self.hi)}"
         else:
             text = "any value"
+        if self.integer:
+            text += ", a whole number"
+        if self.names:
+            text += f", or {' or '.join(self.names)}"
         return text + (" (or null)" if self.nullable else "")
 
     def bad_values(self) -> list[Any]:
@@ -84,6 +96,10 @@ class Check:
             out.append(self.lo if self.lo_open else self.lo - 1)
         if self.hi is not None:
             out.append(self.hi if self.hi_open else self.hi + 1)
+        if self.integer:
+            out.append((self.lo or 0) + 1.5)
+        if self.names:
+            out.append("no-such-word")
         return out
 
 
@@ -108,6 +124,11 @@ def positive(default: Any, *, nullable: bool = False, each: bool = False) -> Any
 def at_least(lo: float, default: Any, *, nullable: bool = False, each: bool = False) -> Any:
     """A number ≥ ``lo``."""
     return _field(default, Check(lo=lo, nullable=nullable, each=each))
+
+
+def count_or(names: Sequence[str], lo: int, default: Any) -> Any:
+    """A whole number ≥ ``lo``, or one of the words ``names`` (e.g. ``auto``)."""
+    return _field(default, Check(lo=lo, integer=True, names=tuple(names)))
 
 
 def in_range(default: Any, lo: float, hi: float, *, lo_open: bool = False,

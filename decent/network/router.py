@@ -1,8 +1,8 @@
 """Edge enforcement, byte accounting and deterministic inboxes.
 
 The router is the one place messages pass between clients. The local backend owns one
-in-process; on Ray the Coordinator actor (:mod:`decent.platform.ray_backend.coordinator`)
-wraps one.
+in-process; on Ray the driver (:mod:`decent.platform.ray_backend.backend`) owns one and
+routes the actors' outboxes through it.
 Messages posted during a phase are held back until every client has finished that
 phase (:meth:`Router.advance`), then become the inboxes of the next phase. Injected wire
 faults (:mod:`decent.network.faults`) act here: a message may be refused at a partition,

@@ -25,6 +25,7 @@ from decent.core.schema import (
     CHECK,
     Check,
     at_least,
+    count_or,
     number,
     one_of,
     seed_field,
@@ -74,7 +75,18 @@ class EvalConfig:
 @dataclass
 class RayConfig:
     address: str | None = text()  # None: embedded Ray (or RAY_ADDRESS, set by `ray job submit`)
-    clients_per_actor: int = at_least(1, 8)
+    # auto: as many actors as the cluster has CPUs (or GPU slots, with num_gpus_per_actor),
+    # never more than clients, the clients split evenly; a number: that many per actor
+    clients_per_actor: Any = count_or(("auto",), 1, "auto")
+    # CPU actors of a language-model run map one copy of its frozen weights from the
+    # object store instead of one each (they never change: a LoRA base, SubCGE's W)
+    share_frozen: bool = True
+    # estimate the memory per actor and per node before any actor starts (printed), and
+    # refuse a run that cannot fit
+    memory_plan: bool = True
+    # what one node may use, in MB; None: the memory available when the run starts
+    # (embedded Ray) or the smallest node's memory resource (a cluster)
+    node_memory_mb: int | None = at_least(1, None, nullable=True)
     # 0: no CPU reservation (fractions above the core count hang)
     num_cpus_per_actor: float = at_least(0, 0.0)
     num_gpus_per_actor: float = at_least(0, 0.0)  # > 0: the actor's clients run on cuda

@@ -28,6 +28,7 @@ from decent.platform.tracking import Tracker
 
 class Backend(Protocol):
     max_edge_bytes_total: int
+    layout: dict[str, Any]  # how the run is laid out (Ray: actors), for the summary
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
     def present(self, round_: int) -> list[int] | None: ...
@@ -245,6 +246,7 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
             summary["live_clients"] = rows[-1]["live_clients"]
             summary["undeliverable_messages_total"] = sum(
                 r.get("undeliverable_messages", 0) for r in rows)
+        summary.update(slot.backend.layout)
         if plan.byzantine:
             summary["byzantine_clients"] = plan.byzantine
             summary["attack"] = cfg.faults.attack.name

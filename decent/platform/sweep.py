@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,8 +104,22 @@ def trial_resources(cfg: RunConfig) -> Any:
 
     actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
         {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
-    actors = len(placement(cfg.n, cfg.ray.clients_per_actor))
+    actors = len(placement(cfg.n, int(cfg.ray.clients_per_actor)))
     return tune.PlacementGroupFactory([driver] + [actor] * actors)
+
+
+def size_actors(trials: list[Trial], parallel: int | None,
+                resources: dict[str, float]) -> None:
+    """Turn ``ray.clients_per_actor: auto`` into a number per trial: the trials that run at
+    once share the cluster's actor slots (at least one actor each)."""
+    from decent.platform.ray_backend.backend import actor_slots
+
+    concurrent = min(len(trials), parallel or len(trials))
+    for t in trials:
+        rc = t.config.ray
+        if t.config.backend == "ray" and rc.clients_per_actor == "auto":
+            actors = min(t.config.n, max(1, actor_slots(rc, resources) // concurrent))
+            rc.clients_per_actor = math.ceil(t.config.n / actors)
 
 
 def run_trial(spec: dict[str, Any]) -> None:
@@ -198,6 +213,9 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
 
     started = connect(base.ray)
     try:
+        import ray
+
+        size_actors(trials, parallel, ray.cluster_resources())
         # one resource shape for all (the grid may change n or the backend: the largest)
         resources = max((trial_resources(t.config) for t in trials),
                         key=lambda pgf: len(pgf.bundles))

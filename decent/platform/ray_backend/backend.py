@@ -1,23 +1,42 @@
-"""``backend: ray`` — clients hosted in groups on ClientActors, messages routed by a
-Coordinator actor. The driver only orchestrates phases and collects small statistics."""
+"""``backend: ray`` — clients hosted in groups on ClientActors; the driver routes.
+
+Routing is bookkeeping on message headers: an edge check, a byte count and a sort. Payloads
+of 64 KiB or more travel as object references put by their sender (:mod:`.transport`), so
+the driver files references, never tensor data, and needs no router actor of its own (a
+separate Coordinator process would import torch, ~300 MB, and add one call per actor and
+one per phase). Each phase costs one call per actor: it takes the actor's inbox bundle and
+returns its outbox, its compute times and its statistics."""
 
 from __future__ import annotations
 
 import math
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import ray
 import torch
 
-from decent.core.errors import ActorLost
+from decent.core.errors import ActorLost, ConfigError
+from decent.core.messages import Message
 from decent.core.stats import Stat
 from decent.network.membership import ChurnConfig, Membership
-from decent.network.router import RoundTraffic
+from decent.network.router import RoundTraffic, Router
 from decent.platform.config import RayConfig, RunConfig
 from decent.platform.evaluation import combine, joiners, mean_model
+from decent.platform.memory_plan import (
+    Footprint,
+    MemoryPlan,
+    available_mb,
+    check_fits,
+    plan_memory,
+    probe,
+    process_memory_mb,
+)
 from decent.platform.plan import RunPlan, build_plan, check_churn
+from decent.platform.ray_backend import transport
 
 # Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
 # not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
@@ -29,11 +48,15 @@ LOCAL_RAY_ENV = {
 }
 
 
-def connect(rc: RayConfig) -> bool:
+DIRECT_CALL_BYTES = 1 << 20
+
+
+def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
     """Attach to Ray; True if this call started it (and so should shut it down).
 
     With no address and no ``RAY_ADDRESS`` (which ``ray job submit`` sets) an embedded
-    single-machine Ray is started, without dashboard."""
+    single-machine Ray is started, without dashboard, with an object store of
+    ``store_mb`` (default ``ray.object_store_mb``)."""
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
@@ -45,47 +68,178 @@ def connect(rc: RayConfig) -> bool:
     ray.init(
         num_cpus=rc.num_cpus or os.cpu_count(),
         include_dashboard=False,
-        object_store_memory=rc.object_store_mb * 2**20,
+        object_store_memory=(store_mb or rc.object_store_mb) * 2**20,
+        # arguments and results up to 1 MiB go inline with the call instead of through the
+        # object store: an inbox bundle of a few hundred KB is then ~3 ms faster per call
+        # (measured on 2 cores). Payloads of 64 KiB or more are object refs regardless.
+        _system_config={"max_direct_call_object_size": DIRECT_CALL_BYTES},
     )
     return True
 
 
 def placement(n: int, clients_per_actor: int) -> list[list[int]]:
-    """Contiguous groups of clients, one per actor."""
+    """Contiguous groups of ``clients_per_actor`` clients (the last may be smaller)."""
     actors = math.ceil(n / clients_per_actor)
     return [list(range(a * clients_per_actor, min(n, (a + 1) * clients_per_actor)))
             for a in range(actors)]
 
 
+def balanced(n: int, actors: int) -> list[list[int]]:
+    """``n`` clients in ``actors`` contiguous groups whose sizes differ by at most one."""
+    actors = max(1, min(n, actors))
+    base, extra = divmod(n, actors)
+    groups, start = [], 0
+    for a in range(actors):
+        size = base + (a < extra)
+        groups.append(list(range(start, start + size)))
+        start += size
+    return groups
+
+
+def actor_slots(rc: RayConfig, resources: dict[str, float]) -> int:
+    """How many actors the cluster runs at once: its GPUs over ``num_gpus_per_actor`` when
+    actors take GPUs, else its CPUs over ``num_cpus_per_actor`` (or one per CPU when actors
+    reserve none: more torch processes than cores only compete for them)."""
+    if rc.num_gpus_per_actor > 0:
+        slots = resources.get("GPU", 0.0) / rc.num_gpus_per_actor
+    else:
+        slots = resources.get("CPU", 1.0) / (rc.num_cpus_per_actor or 1.0)
+    return max(1, int(slots + 1e-9))
+
+
+def groups_for(cfg: RunConfig, resources: dict[str, float] | None = None) -> list[list[int]]:
+    """The clients of each actor: ``ray.clients_per_actor`` of them, or with ``auto`` as
+    many balanced groups as the cluster has actor slots (never more than clients)."""
+    rc = cfg.ray
+    if rc.clients_per_actor != "auto":
+        return placement(cfg.n, int(rc.clients_per_actor))
+    if resources is None:
+        resources = ray.cluster_resources()
+    return balanced(cfg.n, actor_slots(rc, resources))
+
+
+def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
+                 ) -> tuple[Footprint, bool]:
+    """The probe's footprint, measured in a thread while ``start()`` (Ray's start, which
+    must run on the main thread) runs, and what ``start`` returned."""
+    box: dict[str, Any] = {}
+
+    def measure() -> None:
+        try:
+            box["footprint"] = probe(cfg, plan)
+        except BaseException as exc:  # re-raised on the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=measure, name="memory-probe")
+    thread.start()
+    try:
+        started = start()
+    finally:
+        thread.join()
+    if "error" in box:
+        if started:
+            ray.shutdown()
+        raise box["error"]
+    return box["footprint"], started
+
+
+def smallest_node_mb() -> float | None:
+    """The memory resource of the cluster's smallest live node, in MB."""
+    sizes = [node["Resources"].get("memory", 0) for node in ray.nodes() if node["Alive"]]
+    return min(sizes) / 2**20 if sizes and min(sizes) > 0 else None
+
+
+# Models whose frozen weights are worth one copy per machine: the language models (a LoRA
+# base, SubCGE's W, SPES's experts). The small built-in models freeze nothing.
+FROZEN_WEIGHT_MODELS = ("causal_lm", "reward_model")
+
+
+def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
+    """Whether the actors of this run map one copy of the frozen weights: CPU actors, more
+    than one, a language model, ``ray.share_frozen`` on."""
+    return (cfg.ray.share_frozen and actors > 1 and cfg.ray.num_gpus_per_actor == 0
+            and cfg.device != "cuda" and cfg.model.name in FROZEN_WEIGHT_MODELS)
+
+
 class RayBackend:
     def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
         from decent.platform.ray_backend.client_actor import ClientActor
-        from decent.platform.ray_backend.coordinator import Coordinator
 
         self.cfg = cfg
         plan = plan or build_plan(cfg)
         self.strategy = plan.strategy  # the driver needs its phases
         self.topology = plan.topology
+        self.router = Router(plan.topology, self.strategy.name, plan.network, plan.wire_faults)
         # the driver owns who takes part: the schedule, and the clients of actors that die
         self.membership = plan.membership
         self.dead: set[int] = set()  # indices of actors lost for real
         self.lost: dict[int, int] = {}  # their clients → the round they were lost in
-        self.started_ray = connect(cfg.ray)
-        self.groups = placement(cfg.n, cfg.ray.clients_per_actor)
-        self.coordinator = Coordinator.remote(cfg, self.groups)
         rc = cfg.ray
-        self.actors = [
-            ClientActor.options(num_cpus=rc.num_cpus_per_actor, num_gpus=rc.num_gpus_per_actor)
-            .remote(cfg, cids, self.coordinator, rc.num_gpus_per_actor > 0)
-            for cids in self.groups
-        ]
+        free = available_mb()  # before Ray's own processes start; the driver is running
+        free_mb = None if free is None else free + process_memory_mb()["pss"]
+        store_mb = rc.object_store_mb
+        footprint: Footprint | None = None
+        self.memory: MemoryPlan | None = None  # None: ray.memory_plan=false
+        if rc.memory_plan and cfg.model.name in FROZEN_WEIGHT_MODELS:
+            # the object store must hold the one shared copy: size it from the probe
+            footprint = probe(cfg, plan)
+            if rc.share_frozen:
+                store_mb = max(store_mb, math.ceil(footprint.frozen_mb * 1.1) + 128)
+            self.started_ray = connect(rc, store_mb)
+        elif rc.memory_plan:
+            # nothing to share: probe while Ray starts (its start mostly waits for its
+            # daemons, ~5 s on 2 cores; the probe of a small model takes ~1.5 s)
+            footprint, self.started_ray = probe_beside(cfg, plan,
+                                                       lambda: connect(rc, store_mb))
+        else:
+            self.started_ray = connect(rc, store_mb)
+        self.groups = groups_for(cfg)
+        if footprint is not None:
+            node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())
+            self.memory = plan_memory(footprint, self.groups,
+                                      shares_frozen_weights(cfg, len(self.groups)), node_mb,
+                                      process_memory_mb()["pss"], cfg.model.name,
+                                      on_gpu=rc.num_gpus_per_actor > 0,
+                                      store_mb=store_mb if self.started_ray else math.inf)
+            print(self.memory.describe(), flush=True)
+            try:
+                check_fits(self.memory, cfg.n)
+            except ConfigError:
+                self.actors = []
+                self.close()
+                raise
+        gpu = rc.num_gpus_per_actor > 0
+        actor = ClientActor.options(num_cpus=rc.num_cpus_per_actor,
+                                    num_gpus=rc.num_gpus_per_actor)
+        self.actors = []
+        shared_bytes = 0
         try:
+            if shares_frozen_weights(cfg, len(self.groups)):
+                # the first actor builds the model and its frozen weights go to the object
+                # store once (owned by the driver, so they outlive any actor); every other
+                # actor maps them read-only, dropping the copy it built before its clients
+                # are made, and the first switches to them too
+                self.actors.append(actor.remote(cfg, self.groups[0], gpu))
+                frozen = self.actors[0].frozen_weights.remote()
+                shared_bytes = ray.get(self.actors[0].adopt.remote(frozen))
+                self.actors += [actor.remote(cfg, cids, gpu, frozen)
+                                for cids in self.groups[1:]]
+                self.frozen = frozen
+            else:
+                self.actors = [actor.remote(cfg, cids, gpu) for cids in self.groups]
             ray.get([a.ready.remote() for a in self.actors])  # surface build errors now
         except Exception:
             self.close()
             raise
-        self._inboxes: list[ray.ObjectRef | None] = [None] * len(self.actors)
-        self.max_edge_bytes_total = 0
+        sizes = sorted(len(g) for g in self.groups)
+        # what the run summary records of how the run was laid out on Ray
+        self.layout: dict[str, Any] = {
+            "ray_actors": len(self.groups),
+            "ray_clients_per_actor": (str(sizes[0]) if sizes[0] == sizes[-1]
+                                      else f"{sizes[0]}-{sizes[-1]}"),
+            "ray_payload_path": "object store",
+            "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
+        }
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.actors)) if i not in self.dead]
@@ -95,8 +249,7 @@ class RayBackend:
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
         members = None if self.membership is None else self.membership.at(round_)
-        ray.get(self.coordinator.begin_round.remote(None if members is None
-                                                    else members.present))
+        self.router.begin_round(None if members is None else members.present)
         for joiner, givers in joiners(self.topology, round_, members):
             if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
                 ray.get(self.actors[self.actor_of(joiner)].bootstrap.remote(joiner, None))
@@ -108,28 +261,31 @@ class RayBackend:
                 vectors.update(part)
             mean = mean_model([vectors[g] for g in givers], len(givers))
             ray.get(self.actors[self.actor_of(joiner)].bootstrap.remote(joiner, mean))
-            ray.get([self.coordinator.account.remote(g, joiner, 4 * mean.size)
-                     for g in givers])
+            for giver in givers:
+                self.router.account(giver, joiner, 4 * mean.size)
         stats: dict[int, dict[str, Stat]] = {}
         for step, phase in enumerate(self.strategy.phases(round_)):
-            calls = {i: self.actors[i].run_phase.remote(round_, step, phase, self._inboxes[i],
-                                                        members)
-                     for i in self.live()}
+            # inboxes hold references to large payloads: the actor fetches those itself
+            inboxes = {i: self.router.take(self.groups[i]) for i in self.live()}
+            calls = {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
+                     for i, inbox in inboxes.items()}
             for i, call in calls.items():
                 try:
-                    group_stats = ray.get(call)
+                    outgoing, compute, group_stats = ray.get(call)
                 except ray.exceptions.RayActorError:
-                    self.lose(i, round_)
+                    self.lose(i, round_, inboxes[i])
                     continue
+                self.router.post(round_, phase, outgoing, compute)
                 for cid, s in group_stats.items():
                     stats.setdefault(cid, {}).update(s)
-            self._inboxes = ray.get(self.coordinator.advance.remote())
-        traffic, self.max_edge_bytes_total = ray.get(self.coordinator.end_round.remote())
-        return stats, traffic
+            self.router.advance()
+        return stats, self.router.end_round()
 
-    def lose(self, actor: int, round_: int) -> None:
+    def lose(self, actor: int, round_: int,
+             unread: dict[int, list[Message]] | None = None) -> None:
         """An actor died for real: its clients crashed in this round. The run goes on
-        without them if the method can; otherwise it stops with one line."""
+        without them if the method can; otherwise it stops with one line. ``unread`` is the
+        inbox bundle it was handed this phase and never read."""
         if self.cfg.ray.on_actor_death == "restart":
             raise ActorLost(f"the actor hosting clients {self.groups[actor]} died in round "
                             f"{round_}")
@@ -140,14 +296,18 @@ class RayBackend:
         self.lost.update({cid: round_ for cid in clients})
         # the rest of this round, messages to them come back to their senders
         # (and what they were handed this phase but never read goes back too)
-        ray.get(self.coordinator.depart.remote(frozenset(clients), self._inboxes[actor]))
+        self.router.depart(frozenset(clients), unread)
         if self.membership is None:
             self.membership = Membership.plan(ChurnConfig(), self.cfg.n, self.cfg.rounds,
                                               self.cfg.seed)
         self.membership.crash(clients, round_)
 
     def edge_bytes_total(self) -> dict[tuple[int, int], int]:
-        return ray.get(self.coordinator.edge_bytes_total.remote())
+        return dict(self.router.total_edge_bytes)
+
+    @property
+    def max_edge_bytes_total(self) -> int:
+        return self.router.max_edge_bytes_total
 
     def present(self, round_: int) -> list[int] | None:
         """The clients whose state the round's metrics cover (None: all)."""
@@ -168,8 +328,6 @@ class RayBackend:
         return combine(reports)
 
     def save_state(self) -> dict[str, Any]:
-        from decent.platform.ray_backend import transport
-
         clients: dict[int, Any] = {}
         process = None
         live = self.live()
@@ -177,18 +335,16 @@ class RayBackend:
                                    for k, i in enumerate(live)]):
             clients.update(part)
             process = process if proc is None else proc
-        router = ray.get(self.coordinator.save_router.remote())
-        ready: dict[int, list] = {}
-        for ref in self._inboxes:
-            if ref is not None:
-                ready.update(transport.receive(ray.get(ref), torch.device("cpu")))
-        router["ready"] = {cid: msgs for cid, msgs in ready.items() if msgs}
+        # messages in flight, their payloads fetched and decoded to CPU tensors
+        router = self.router.save()
+        cpu = torch.device("cpu")
+        router["ready"] = {cid: msgs for cid, msgs in
+                           transport.receive(router["ready"], cpu).items() if msgs}
+        router["later"] = transport.receive(router["later"], cpu)
         return {"clients": clients, "process": process, "router": router,
                 "lost": dict(self.lost)}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        from decent.platform.ray_backend import transport
-
         ray.get([a.load.remote({cid: state["clients"][cid] for cid in cids
                                 if cid in state["clients"]}, state["process"])
                  for a, cids in zip(self.actors, self.groups, strict=True)])
@@ -198,10 +354,10 @@ class RayBackend:
                                                   self.cfg.seed)
             self.membership.crash({cid}, round_)
             self.lost[cid] = round_
-        ray.get(self.coordinator.load_router.remote(state["router"]))
-        ready = state["router"]["ready"]
-        self._inboxes = [ray.put({cid: transport.send(ready.get(cid, [])) for cid in cids})
-                         for cids in self.groups]
+        saved = dict(state["router"])
+        saved["ready"] = {k: transport.send(msgs) for k, msgs in saved["ready"].items()}
+        saved["later"] = {k: transport.send(msgs) for k, msgs in saved["later"].items()}
+        self.router.load(saved)
 
     def client_vectors(self) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
@@ -212,7 +368,6 @@ class RayBackend:
     def close(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
-        ray.kill(self.coordinator)
         self.actors = []
         if self.started_ray:
             ray.shutdown()

@@ -1,9 +1,10 @@
 """The ClientActor: hosts a group of clients (``ray.clients_per_actor`` of them).
 
 One actor per client costs ~300 MB (each Ray worker imports torch), so groups are the
-normal case: 128 clients fit a laptop as 16 actors of 8. Each phase the actor fetches its
-inbox bundle, runs the strategy for each hosted client, and posts all outgoing messages
-to the Coordinator in one batched call.
+normal case, and ``ray.clients_per_actor: auto`` starts one actor per CPU (or GPU slot).
+Each phase is one call: the actor fetches the payloads its inbox bundle refers to, runs
+the strategy for each hosted client, and returns every outgoing message (large payloads
+put in the object store, the driver gets their references) with the clients' statistics.
 """
 
 from __future__ import annotations
@@ -18,27 +19,45 @@ from decent.core.stats import Stat
 from decent.network.membership import RoundMembers
 from decent.platform.config import RunConfig
 from decent.platform.group import ClientGroup, resolve_device
+from decent.platform.memory_plan import process_memory_mb, release_freed_memory
 from decent.platform.ray_backend import transport
 
 
 @ray.remote
 class ClientActor:
-    def __init__(self, cfg: RunConfig, cids: list[int], coordinator: Any, has_gpu: bool) -> None:
+    def __init__(self, cfg: RunConfig, cids: list[int], has_gpu: bool,
+                 frozen: dict[str, transport.EncodedTensor] | None = None) -> None:
         self.device = resolve_device(cfg, has_gpu)
-        self.group = ClientGroup(cfg, cids, self.device)
-        self.coordinator = coordinator
+        # ``frozen``: the run's frozen weights, mapped read-only from the object store
+        self.group = ClientGroup(cfg, cids, self.device, frozen=None if not frozen else {
+            name: transport.view(enc) for name, enc in frozen.items()})
+        release_freed_memory()  # the copy of the model it built, when it adopted the shared
 
     def ready(self) -> bool:
         return True
 
+    def frozen_weights(self) -> dict[str, transport.EncodedTensor]:
+        """This process's frozen weights as arrays, for the object store (the caller owns
+        the stored copy); empty when they cannot be shared."""
+        return {name: transport.encode(t) for name, t in self.group.shareable().items()}
+
+    def adopt(self, frozen: dict[str, transport.EncodedTensor]) -> int:
+        """Switch to the stored frozen weights; their size in bytes."""
+        self.group.adopt({name: transport.view(enc) for name, enc in frozen.items()})
+        release_freed_memory()
+        return sum(enc.array.nbytes for enc in frozen.values())
+
+    def memory_mb(self) -> dict[str, float]:
+        """This process's memory now and at its peak (MB): resident and proportional."""
+        return process_memory_mb()
+
     def run_phase(
         self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]] | None,
         members: RoundMembers | None = None,
-    ) -> dict[int, dict[str, Stat]]:
+    ) -> tuple[list[Message], dict[int, float], dict[int, dict[str, Stat]]]:
         inboxes = transport.receive(inboxes or {}, self.device)
         outgoing, compute = self.group.run_phase(round_, step, phase, inboxes, members)
-        ray.get(self.coordinator.post.remote(round_, phase, transport.send(outgoing), compute))
-        return self.group.pop_stats()
+        return transport.send(outgoing), compute, self.group.pop_stats()
 
     def param_sum(self, cids: list[int] | None = None) -> np.ndarray | None:
         return self.group.param_sum(cids)
