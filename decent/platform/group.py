@@ -100,7 +100,8 @@ class ClientGroup:
     plan, when the caller has built it already)."""
 
     def __init__(self, cfg: RunConfig, cids: list[int], device: torch.device,
-                 plan: RunPlan | None = None) -> None:
+                 plan: RunPlan | None = None,
+                 frozen: dict[str, torch.Tensor] | None = None) -> None:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.cids = list(cids)
@@ -113,6 +114,8 @@ class ClientGroup:
         self.base_model = MODELS.entry(cfg.model.name).build(cfg.model, self.task.model_spec())
         self.base_model.to(device)
         self.shared = self.strategy.init_process(self.base_model)
+        if frozen:  # before the replicas and their states: the built copy is freed now
+            self.adopt(frozen)
         self.fault_seed = fault_seed(cfg.faults, cfg.seed)
         self.attacks = {cid: Attack(cfg.faults.attack) for cid in plan.byzantine
                         if cid in self.cids}
@@ -140,6 +143,30 @@ class ClientGroup:
         self.probe = Client(cid=-1, model=self.base_model, data=None, device=device,
                             generator=torch.Generator())
         self.probe.state = self.strategy.init_eval_state(self.probe, self.shared)
+
+    def shareable(self) -> dict[str, torch.Tensor]:
+        """The frozen weights that every process of the run holds identically and never
+        writes (a LoRA base, SubCGE's W without refreshes, SPES's experts): what several
+        processes on one machine can map from a single copy. Empty on a GPU and for a
+        strategy that writes its shared weights."""
+        if (self.device.type != "cpu" or self.strategy.shared_weights_change()
+                or not self.strategy.frozen_weights_read_only):
+            return {}
+        return {name: p.data for name, p in self.base_model.named_parameters()
+                if not p.requires_grad}
+
+    def adopt(self, frozen: dict[str, torch.Tensor]) -> None:
+        """Use ``frozen`` (read-only tensors over shared memory, equal to this process's
+        own) as the frozen weights: every replica shares the parameter objects of the base
+        model, so one swap of ``.data`` each moves them all and frees the private copy."""
+        live = dict(self.base_model.named_parameters())
+        for name, tensor in frozen.items():
+            p = live[name]
+            if p.requires_grad or p.shape != tensor.shape or p.dtype != tensor.dtype:
+                raise StrategyError(f"shared frozen weight {name} does not match this "
+                                    f"process's ({tuple(tensor.shape)} {tensor.dtype} vs "
+                                    f"{tuple(p.shape)} {p.dtype})")
+            p.data = tensor
 
     def run_phase(
         self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]],

@@ -119,6 +119,11 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     # True: a joining client gets its model through the method's own messages in its
     # first round (Combo's pulls), so the platform sends it no mean of its neighbours
     pulls_on_join: ClassVar[bool] = False
+    # True if no client ever writes the frozen weights of the model it was built from, so
+    # that processes on one machine may map a single read-only copy of them (a LoRA base,
+    # SubCGE's W while shared_weights_change() is False); False where frozen tensors are
+    # overwritten in place (SPES's expert versions)
+    frozen_weights_read_only: ClassVar[bool] = True
 
     def __init__(self, cfg: Any, graph: GraphFacts) -> None:
         self.cfg = cfg

@@ -126,6 +126,8 @@ class SPESState:
 
 class SPES(ServerStar, Strategy[SPESState]):
     name = "spes"
+    # each process keeps versions of the frozen experts that broadcasts overwrite in place
+    frozen_weights_read_only = False
     Config = SPESConfig
     State = SPESState
 

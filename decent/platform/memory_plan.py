@@ -1,0 +1,303 @@
+"""The memory planner: what a Ray run will take per actor and per node, before any actor
+starts, and whether it fits.
+
+The sizes come from a probe: the driver builds the clients of two ids (the first and the
+last: a star's server and a worker, or an aggregator and a worker) exactly as an actor
+would, counts the bytes of every tensor they hold, and frees them. Three parts:
+
+- the model: every parameter and buffer once per process, except the frozen weights that
+  CPU actors map from one copy in the object store (``ray.share_frozen``);
+- per client: its private model tensors and their gradients, the tensors of its strategy
+  state (optimiser slots included: the probe has taken a step), its data shard, and one
+  phase's messages (what the first phase sent, and an inbox of as much);
+- per process: the interpreter with torch, Ray and this package imported and run
+  (ACTOR_RUNTIME_MB, plus LM_LIBRARIES_MB for transformers and peft, measured), the
+  task's shared data (test set, tokenised corpus).
+
+A node holds Ray's own daemons (RAY_DAEMONS_MB, measured), the driver (its resident memory
+when the plan is made), its actors and the shared copy. While the actors start, each one
+but the first builds its own copy of the model before it switches to the shared one: the
+node's peak is the larger of that moment and the steady state. The estimate is printed
+when a run starts; a run whose peak cannot fit is refused with the numbers and a
+``clients_per_actor`` that would fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import gc
+import math
+import os
+import resource
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from decent.core.errors import ConfigError
+from decent.platform.config import RunConfig
+from decent.platform.plan import RunPlan
+
+# Every figure is proportional set size (PSS: a page shared by k processes counts 1/k in
+# each), so that the figures of a node's processes add up to what the node spends.
+# A ClientActor process (Python, torch 2.13 on CPU, Ray 2.60's worker, this package) once it
+# has built and trained a model of negligible size: 314–319 MB measured on the reference
+# machine (2 actors × 32 digits-MLP clients; 412–421 MB resident, the difference being
+# shared libraries).
+ACTOR_RUNTIME_MB = 317.0
+# What a language-model actor adds by importing transformers and peft: 70 MB measured
+# (tiny-llama actors at 388 MB against 317).
+LM_LIBRARIES_MB = 70.0
+LM_MODELS = ("causal_lm", "reward_model")
+# Ray's own processes on a node (GCS, raylet, dashboard head and agent, runtime-env agent,
+# log monitor, autoscaler monitor): 330 MB measured on the reference machine with an
+# embedded Ray (475 MB resident).
+RAY_DAEMONS_MB = 330.0
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the probe measured, in MB."""
+
+    model_mb: float  # every parameter and buffer, once
+    frozen_mb: float  # of which the frozen weights one machine can share
+    per_client_mb: float  # the largest probed client: private tensors, state, data, inbox
+    data_mb: float  # the task's data every process holds
+    message_mb: float = 0.0  # the most one probed client sent in the first phase
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    actors: int
+    clients_per_actor: int  # the largest group
+    footprint: Footprint
+    shared: bool  # the frozen weights are one copy per node
+    runtime_mb: float  # one actor process before its model and clients
+    per_actor_mb: float  # one actor's own memory (the shared copy not included)
+    # what the system reports as the actor's PSS: its own memory and its share of the
+    # copy, which every actor and the object store map
+    actor_pss_mb: float
+    node_mb: float  # the node once every actor has started
+    node_peak_mb: float  # the node's peak: the steady state or the start, if larger
+    available_mb: float | None  # None: unknown (the node's size could not be read)
+
+    def describe(self) -> str:
+        f = self.footprint
+        model = (f"model {f.model_mb - f.frozen_mb:.0f} MB + frozen {f.frozen_mb:.0f} MB "
+                 "shared once per node" if self.shared and f.frozen_mb
+                 else f"model {f.model_mb:.0f} MB")
+        avail = "" if self.available_mb is None else f" of {self.available_mb:.0f} MB"
+        return (f"memory plan: {self.actors} actor(s) × ≤{self.clients_per_actor} clients, "
+                f"~{self.per_actor_mb:.0f} MB per actor (runtime {self.runtime_mb:.0f} + "
+                f"data {f.data_mb:.0f} + {model} + {f.per_client_mb:.2f} MB per client); "
+                f"node ~{self.node_mb:.0f} MB, peak ~{self.node_peak_mb:.0f} MB{avail}")
+
+
+def tensors_in(obj: Any, seen: set[int] | None = None) -> Iterator[torch.Tensor]:
+    """Every tensor reachable from ``obj`` through dataclasses, containers, optimisers and
+    modules, once each."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, torch.nn.Module):
+        for p in obj.parameters():
+            yield p
+            if p.grad is not None:
+                yield p.grad
+        yield from obj.buffers()
+    elif isinstance(obj, torch.optim.Optimizer):
+        for group in obj.param_groups:
+            yield from group["params"]
+        yield from tensors_in(obj.state, seen)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from tensors_in(getattr(obj, f.name), seen)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from tensors_in(value, seen)
+    elif isinstance(obj, (list, tuple, set)):
+        for value in obj:
+            yield from tensors_in(value, seen)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):  # a plain object (SubCGE)
+        yield from tensors_in(vars(obj), seen)
+
+
+def storage_bytes(tensors: Iterator[torch.Tensor], exclude: set[int]) -> tuple[int, set[int]]:
+    """Bytes of the distinct storages of ``tensors`` not in ``exclude`` (storage
+    addresses), and the addresses counted."""
+    counted: set[int] = set()
+    total = 0
+    for t in tensors:
+        if t.device.type == "meta":
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in exclude or ptr in counted or ptr == 0:
+            continue
+        counted.add(ptr)
+        total += t.untyped_storage().nbytes()
+    return total, counted
+
+
+def optimiser_slots(opt: torch.optim.Optimizer) -> int:
+    """State values per trainable value the optimiser fills at its first step."""
+    name = type(opt).__name__.lower()
+    if name.startswith("adam"):
+        return 2
+    return 1 if opt.defaults.get("momentum", 0) else 0
+
+
+def arrays_bytes(obj: Any) -> int:
+    """Bytes of the numpy arrays an object holds (one level of containers)."""
+    total = 0
+    for value in vars(obj).values():
+        items = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, (list, tuple)) else [value]
+        total += sum(item.nbytes for item in items if isinstance(item, np.ndarray))
+    return total
+
+
+def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
+    """Build the first and the last client as an actor would, run the first phase of
+    round 0 for them (gradients and optimiser state then exist), measure, free."""
+    from decent.platform.group import ClientGroup
+
+    cids = sorted({0, cfg.n - 1})
+    group = ClientGroup(cfg, cids, torch.device("cpu"), plan)
+    try:
+        first = group.strategy.phases(0)[0]
+        sent, _ = group.run_phase(0, 0, first, {})
+        out = dict.fromkeys(cids, 0)
+        for msg in sent:
+            out[msg.src] += storage_bytes(tensors_in(msg.payload), set())[0]
+        del sent
+        base = {t.untyped_storage().data_ptr() for t in tensors_in(group.base_model)}
+        base.update(t.untyped_storage().data_ptr()
+                    for t in group.strategy.shared_tensors(group.shared))
+        model, _ = storage_bytes(tensors_in(group.base_model), set())
+        frozen, _ = storage_bytes(iter(group.shareable().values()), set())
+        shared, _ = storage_bytes(tensors_in(group.shared), base)
+        # the task's tensors (a client's shard may be a view of them: counted here once)
+        task, task_ptrs = storage_bytes(tensors_in(vars(group.task)), base)
+        per_client = 0
+        for cid in cids:
+            client = group.clients[cid]
+            own, _ = storage_bytes(tensors_in([client.model, client.state, client.data]),
+                                   base | task_ptrs)
+            # optimiser slots the first phase did not fill yet (a server's outer step)
+            slots = sum(optimiser_slots(o) * sum(p.numel() * p.element_size()
+                                                 for g in o.param_groups for p in g["params"])
+                        for o in optimisers(client.state) if not o.state)
+            # a phase's inbox, decoded from the object store: about what it sends (the
+            # payloads it sends are the object store's, counted with the node)
+            per_client = max(per_client, own + slots + out[cid])
+        data = arrays_bytes(group.task) + task + shared
+    finally:
+        del group
+        gc.collect()
+        release_freed_memory()
+    return Footprint(model / MB, frozen / MB, per_client / MB, data / MB,
+                     max(out.values()) / MB)
+
+
+def optimisers(state: Any) -> list[torch.optim.Optimizer]:
+    found = []
+    if isinstance(state, torch.optim.Optimizer):
+        return [state]
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        for f in dataclasses.fields(state):
+            found += optimisers(getattr(state, f.name))
+    elif isinstance(state, dict):
+        for value in state.values():
+            found += optimisers(value)
+    return found
+
+
+def release_freed_memory() -> None:
+    """Hand the heap that freed tensors leave behind back to the system (glibc keeps it
+    otherwise: the driver would carry the probe's model for the whole run)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def plan_memory(footprint: Footprint, groups: list[list[int]], shared: bool,
+                available_mb: float | None, driver_mb: float, model: str,
+                on_gpu: bool = False, store_mb: float = math.inf) -> MemoryPlan:
+    """Per-actor and per-node estimates for ``groups`` (one list of clients per actor),
+    with the driver at ``driver_mb``; ``model`` is the model's registry name. A phase's
+    payloads wait in the object store (at most ``store_mb``)."""
+    f = footprint
+    k = max(len(g) for g in groups)
+    runtime = ACTOR_RUNTIME_MB + (LM_LIBRARIES_MB if model in LM_MODELS else 0.0)
+    own_model = f.model_mb - (f.frozen_mb if shared else 0.0)
+    # on a GPU the model and the clients' tensors live in device memory
+    per_actor = runtime + f.data_mb + (0.0 if on_gpu else own_model + k * f.per_client_mb)
+    copy = f.frozen_mb if shared else 0.0
+    actors = len(groups)
+    in_flight = min(store_mb, sum(map(len, groups)) * f.message_mb)
+    node = RAY_DAEMONS_MB + driver_mb + actors * per_actor + copy + in_flight
+    # starting: the first actor has switched to the copy; the others hold what they built
+    start = RAY_DAEMONS_MB + driver_mb + copy + actors * (runtime + f.data_mb) + \
+        (actors - 1) * f.frozen_mb if shared else 0.0
+    return MemoryPlan(actors, k, f, shared, runtime, per_actor,
+                      per_actor + copy / (actors + 1), node, max(node, start), available_mb)
+
+
+def check_fits(mem: MemoryPlan, n: int) -> None:
+    """Refuse a plan above the node's memory, with a ``clients_per_actor`` that fits if
+    one does (fewer actors: fewer runtimes and model copies)."""
+    if mem.available_mb is None or mem.node_peak_mb <= mem.available_mb:
+        return
+    fixed = mem.node_mb - mem.actors * mem.per_actor_mb
+    for actors in range(mem.actors - 1, 0, -1):
+        k = math.ceil(n / actors)
+        per_actor = mem.per_actor_mb + (k - mem.clients_per_actor) * \
+            mem.footprint.per_client_mb
+        if not mem.shared:
+            start = 0.0
+        else:
+            start = fixed + actors * mem.runtime_mb + (actors - 1) * mem.footprint.frozen_mb
+        if max(fixed + actors * per_actor, start) <= mem.available_mb:
+            hint = f"set ray.clients_per_actor={k} ({actors} actor(s))"
+            break
+    else:
+        hint = ("even one actor does not fit: use fewer clients (topology.n), a smaller "
+                "model, GPUs (ray.num_gpus_per_actor) or a bigger machine")
+    raise ConfigError("ray.clients_per_actor",
+                      f"the run needs ~{mem.node_peak_mb:.0f} MB on one node but "
+                      f"{mem.available_mb:.0f} MB are available ({mem.describe()}); {hint}")
+
+
+def available_mb() -> float | None:
+    """Memory this machine has available now (Linux /proc/meminfo), in MB."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def process_memory_mb() -> dict[str, float]:
+    """This process's memory: resident now, resident at its peak, proportional now (MB)."""
+    out = {"rss": 0.0, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "pss": 0.0}
+    for file, key, name in (("status", "VmRSS:", "rss"), ("status", "VmHWM:", "peak_rss"),
+                            ("smaps_rollup", "Pss:", "pss")):
+        try:
+            for line in Path(f"/proc/{os.getpid()}/{file}").read_text().splitlines():
+                if line.startswith(key):
+                    out[name] = int(line.split()[1]) / 1024
+                    break
+        except OSError:
+            continue
+    return out

@@ -1,0 +1,286 @@
+"""The Ray backend, lean: frozen weights mapped once per machine, the memory planner's
+arithmetic and its estimate against measured actor memory, refusal of a run that cannot
+fit, and ``clients_per_actor: auto`` in sweeps."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from decent.core.errors import ConfigError, StrategyError
+from decent.platform.config import from_dict
+from decent.platform.group import ClientGroup
+from decent.platform.local_backend import LocalBackend
+from decent.platform.memory_plan import (
+    ACTOR_RUNTIME_MB,
+    LM_LIBRARIES_MB,
+    MB,
+    RAY_DAEMONS_MB,
+    Footprint,
+    check_fits,
+    plan_memory,
+    probe,
+)
+from decent.platform.plan import build_plan
+from decent.platform.ray_backend.backend import placement
+from decent.platform.sweep import Trial, size_actors
+from decent.strategies.registry import STRATEGIES
+from tests.helpers import method_config, rows_and_vectors, tiny
+
+LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj"]}
+
+
+def lora_lm(tmp_path, n=4, **sections):
+    return tiny(tmp_path, topology={"name": "ring", "n": n},
+                strategy={"name": "dsgd", "local_steps": 2, "batch_size": 4, "lr": 0.05},
+                task={"name": "lm", "corpus": "shakespeare", "seq_len": 32,
+                      "max_tokens": 20_000, "max_eval_sequences": 8},
+                model={"name": "causal_lm", "path": "tiny-llama", "lora": LORA},
+                **sections)
+
+
+# ---------------------------------------------------------------- shared frozen weights
+def test_adopting_frozen_weights_moves_every_replica_onto_them(tmp_path):
+    cfg = from_dict(lora_lm(tmp_path, n=3))
+    group = ClientGroup(cfg, [0, 1, 2], torch.device("cpu"))
+    frozen = group.shareable()
+    assert frozen and all(not p.requires_grad for n, p in group.base_model.named_parameters()
+                          if n in frozen)
+    copies = {name: t.clone() for name, t in frozen.items()}
+    group.adopt(copies)
+    for client in group.clients.values():
+        params = dict(client.model.named_parameters())
+        for name, t in copies.items():
+            assert params[name].data_ptr() == t.data_ptr()  # the replicas' too
+    bad = {name: t[..., :1].clone() for name, t in list(copies.items())[:1]}
+    with pytest.raises(StrategyError, match="does not match"):
+        group.adopt(bad)
+
+
+def test_a_strategy_that_writes_its_frozen_weights_shares_nothing(tmp_path):
+    # SubCGE with refreshes folds its subspace into W: each process keeps its own
+    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 2},
+                         strategy={"name": "seedflood", "lr": 1e-3, "batch_size": 4,
+                                   "rank": 2, "refresh_every": 3},
+                         task={"name": "lm", "corpus": "shakespeare", "seq_len": 16,
+                               "max_tokens": 4_000, "max_eval_sequences": 4},
+                         model={"name": "causal_lm", "path": "tiny-llama"}))
+    assert ClientGroup(cfg, [0], torch.device("cpu")).shareable() == {}
+
+
+def test_frozen_weights_are_one_copy_and_results_stay_bit_identical(tmp_path, ray_session):
+    from decent.platform.ray_backend.backend import RayBackend
+
+    base = lora_lm(tmp_path, n=4, rounds=2)
+    local_rows, local_vectors = rows_and_vectors(from_dict(base))
+    ray_cfg = from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": 2}})
+    backend = RayBackend(ray_cfg)
+    try:
+        group = ClientGroup(ray_cfg, [0], torch.device("cpu"))
+        frozen_bytes = sum(t.numel() * t.element_size() for t in group.shareable().values())
+        assert backend.layout["ray_shared_frozen_mb"] == round(frozen_bytes / MB, 1) > 0
+        assert backend.layout["ray_actors"] == 2
+    finally:
+        backend.close()
+    rows, vectors = rows_and_vectors(ray_cfg)
+    assert rows == local_rows
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
+
+
+# ---------------------------------------------------------------- the planner's arithmetic
+def test_the_probe_counts_the_model_and_each_clients_tensors_exactly(tmp_path):
+    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 4},
+                         strategy={"name": "dsgd", "local_steps": 1, "batch_size": 8,
+                                   "lr": 0.1, "momentum": 0.9},
+                         model={"name": "mlp", "hidden": [32]}))
+    f = probe(cfg, build_plan(cfg))
+    params = 64 * 32 + 32 + 32 * 10 + 10  # digits MLP 64→32→10
+    assert f.model_mb * MB == 4 * params
+    assert f.frozen_mb == 0
+    assert f.message_mb * MB == 2 * 4 * params  # its model to each of 2 neighbours
+    # a client: its replica, its gradients, one momentum slot per value, an inbox of two
+    # models and its shard of digits (64 float32 pixels and one int64 label per example,
+    # a quarter of the 1 438 training examples give or take the partition's rounding)
+    shard = (f.per_client_mb * MB - 5 * 4 * params) / (64 * 4 + 8)
+    assert 355 <= shard <= 365 and shard == int(shard)
+
+
+def test_plan_arithmetic_matches_its_formula():
+    f = Footprint(model_mb=600.0, frozen_mb=500.0, per_client_mb=4.0, data_mb=20.0)
+    groups = placement(100, 25)
+    shared = plan_memory(f, groups, True, 10_000.0, driver_mb=300.0, model="causal_lm")
+    runtime = ACTOR_RUNTIME_MB + LM_LIBRARIES_MB
+    per_actor = runtime + 20 + 100 + 25 * 4
+    assert shared.per_actor_mb == pytest.approx(per_actor)
+    assert shared.actor_pss_mb == pytest.approx(per_actor + 500 / 5)  # 4 actors + the store
+    assert shared.node_mb == pytest.approx(RAY_DAEMONS_MB + 300 + 4 * per_actor + 500)
+    sending = Footprint(600.0, 500.0, 4.0, 20.0, message_mb=2.0)
+    assert plan_memory(sending, groups, True, None, 300.0, "causal_lm").node_mb == \
+        pytest.approx(shared.node_mb + 100 * 2.0)  # every client's payloads in flight
+    assert plan_memory(sending, groups, True, None, 300.0, "causal_lm",
+                       store_mb=150.0).node_mb == pytest.approx(shared.node_mb + 150.0)
+    start = RAY_DAEMONS_MB + 300 + 500 + 4 * (runtime + 20) + 3 * 500
+    assert shared.node_peak_mb == pytest.approx(max(shared.node_mb, start))
+    own = plan_memory(f, groups, False, 10_000.0, driver_mb=300.0, model="mlp")
+    assert own.per_actor_mb == pytest.approx(ACTOR_RUNTIME_MB + 20 + 600 + 25 * 4)
+    assert own.node_peak_mb == own.node_mb
+    on_gpu = plan_memory(f, groups, False, None, driver_mb=300.0, model="mlp", on_gpu=True)
+    assert on_gpu.per_actor_mb == pytest.approx(ACTOR_RUNTIME_MB + 20)
+
+
+@pytest.mark.parametrize("available", [4_000.0, 6_000.0, 9_000.0])
+def test_a_plan_that_does_not_fit_is_refused_with_a_grouping_that_does(available):
+    f = Footprint(model_mb=600.0, frozen_mb=0.0, per_client_mb=4.0, data_mb=20.0)
+    n = 64
+    mem = plan_memory(f, placement(n, 4), False, available, driver_mb=300.0, model="mlp")
+    assert mem.node_peak_mb > available
+    with pytest.raises(ConfigError) as err:
+        check_fits(mem, n)
+    assert err.value.field == "ray.clients_per_actor"
+    assert f"{mem.node_peak_mb:.0f} MB" in err.value.message
+    hinted = [int(w.split("=")[1]) for w in err.value.message.split()
+              if w.startswith("ray.clients_per_actor=")]
+    if available < RAY_DAEMONS_MB + 300 + ACTOR_RUNTIME_MB + 20 + 600 + n * 4:
+        assert not hinted and "even one actor does not fit" in err.value.message
+        return
+    k = hinted[0]  # the fewest clients per actor that fits: it does, and one less does not
+    fits = plan_memory(f, placement(n, k), False, available, 300.0, "mlp")
+    assert fits.node_peak_mb <= available
+    check_fits(fits, n)
+    more = math.ceil(n / (math.ceil(n / k) + 1))
+    if more < k:
+        assert plan_memory(f, placement(n, more), False, available, 300.0,
+                           "mlp").node_peak_mb > available
+
+
+def test_a_run_too_big_for_the_node_is_one_line_and_writes_nothing(tmp_path, capsys,
+                                                                    ray_session):
+    import yaml
+
+    from decent.platform.cli import main
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny(tmp_path, backend="ray",
+                                        ray={"node_memory_mb": 1000})))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ray.clients_per_actor:") and "\n" not in err
+    assert "1000 MB are available" in err
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- estimate vs measured
+@pytest.mark.parametrize("case", ["digits", "lora"])
+def test_the_estimate_is_within_15_percent_of_each_actors_measured_memory(
+        tmp_path, ray_session, case):
+    """The proportional set size of every actor after three rounds against the plan's
+    ``actor_pss_mb``: a digits MLP large enough that its clients show (2 × 16 clients of
+    0.9 M parameters with SGD momentum, each sending its model to 2 neighbours: ~24 MB per
+    client) and tiny-llama with LoRA, its base shared."""
+    from decent.platform.ray_backend.backend import RayBackend
+
+    if case == "digits":
+        cfg = tiny(tmp_path, topology={"name": "ring", "n": 32},
+                   strategy={"name": "dsgd", "local_steps": 1, "batch_size": 8, "lr": 0.01,
+                             "momentum": 0.9},
+                   model={"name": "mlp", "hidden": [1024, 768]})
+    else:
+        cfg = lora_lm(tmp_path, n=8)
+    cfg = from_dict({**cfg, "backend": "ray", "eval": {"every": 0, "per_client": False},
+                     "ray": {"clients_per_actor": cfg["topology"]["n"] // 2}})
+    backend = RayBackend(cfg)
+    try:
+        for r in range(3):
+            backend.run_round(r)
+        measured = [m["pss"] for m in ray_session.get([a.memory_mb.remote()
+                                                       for a in backend.actors])]
+        estimate = backend.memory.actor_pss_mb
+    finally:
+        backend.close()
+    for rss in measured:  # measured PSS
+        assert abs(rss - estimate) <= 0.15 * rss, (measured, estimate)
+
+
+# ---------------------------------------------------------------- sweeps
+def test_a_sweep_turns_auto_into_a_number_per_trial(tmp_path):
+    cfgs = [from_dict(tiny(tmp_path, backend="ray", topology={"name": "ring", "n": n}))
+            for n in (6, 30, 3)]
+    trials = [Trial(f"t{i}", (), c) for i, c in enumerate(cfgs)]
+    size_actors(trials, parallel=2, resources={"CPU": 8.0})  # 2 at once: 4 slots each
+    assert [t.config.ray.clients_per_actor for t in trials] == [2, 8, 1]
+    local = from_dict(tiny(tmp_path))
+    size_actors([Trial("l", (), local)], None, {"CPU": 8.0})
+    assert local.ray.clients_per_actor == "auto"  # not a Ray run: left alone
+
+
+@pytest.mark.parametrize("name", [n for n in STRATEGIES.names
+                                  if STRATEGIES.entry(n).build.frozen_weights_read_only])
+def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_path, name):
+    """What ``frozen_weights_read_only`` promises, run: every frozen tensor of the process
+    (the LoRA base; SubCGE's W for SeedFlood) is bit for bit what it was after two rounds."""
+    cfg = method_config(tmp_path, name, 4)
+    lm = name == "seedflood"  # SubCGE freezes the whole model itself
+    cfg.update(rounds=2, task={"name": "lm", "corpus": "shakespeare", "seq_len": 16,
+                               "max_tokens": 4_000, "max_eval_sequences": 4},
+               model={"name": "causal_lm", "path": "tiny-llama",
+                      **({} if lm else {"lora": LORA})})
+    backend = LocalBackend(from_dict(cfg))
+    frozen = {k: t.clone() for k, t in backend.group.shareable().items()}
+    assert frozen
+    for r in range(2):
+        backend.run_round(r)
+    after = backend.group.shareable()
+    for k, t in frozen.items():
+        assert torch.equal(after[k], t), k
+
+
+def test_the_probe_beside_rays_start_reports_both_and_its_errors(tmp_path, monkeypatch):
+    from decent.platform.ray_backend import backend as ray_backend
+
+    cfg = from_dict(tiny(tmp_path))
+    plan = build_plan(cfg)
+    calls = []
+    footprint, started = ray_backend.probe_beside(cfg, plan, lambda: calls.append(1) or False)
+    assert calls == [1] and started is False
+    assert footprint == probe(cfg, plan)
+
+    def broken(*args):
+        raise ConfigError("model.path", "cannot read it")
+
+    monkeypatch.setattr(ray_backend, "probe", broken)
+    with pytest.raises(ConfigError, match="cannot read it"):
+        ray_backend.probe_beside(cfg, plan, lambda: calls.append(2) or False)
+    assert calls == [1, 2]  # Ray's start ran regardless, on this thread
+
+
+def test_decent_run_on_ray_prints_the_plan_and_records_the_layout(tmp_path, capsys,
+                                                                  ray_session):
+    import json
+
+    import yaml
+
+    from decent.platform.cli import main
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny(tmp_path, backend="ray", rounds=1,
+                                        topology={"name": "ring", "n": 5})))
+    assert main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "memory plan: 2 actor(s) × ≤3 clients" in out  # the test session's 2 CPUs
+    summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
+    assert summary["ray_actors"] == 2 and summary["ray_clients_per_actor"] == "2-3"
+    assert summary["ray_payload_path"] == "object store"
+
+
+def test_digits_are_read_without_scikit_learns_import_and_identical():
+    from sklearn.datasets import load_digits
+
+    from decent.tasks.digits import read_digits
+
+    pixels, labels = read_digits()
+    reference = load_digits()
+    np.testing.assert_array_equal(pixels, reference.data)
+    np.testing.assert_array_equal(labels, reference.target)
