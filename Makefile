@@ -41,3 +41,4 @@ bench: install
 	$(PY) benchmarks/combo_segments.py
 	$(PY) benchmarks/spes_memory.py
 	$(PY) benchmarks/dso_bandwidth.py
+	$(PY) benchmarks/seedflood_memory.py --clients 128
