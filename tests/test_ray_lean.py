@@ -135,10 +135,14 @@ def test_plan_arithmetic_matches_its_formula():
 def test_a_plan_that_does_not_fit_is_refused_with_a_grouping_that_does(available):
     f = Footprint(model_mb=600.0, frozen_mb=0.0, per_client_mb=4.0, data_mb=20.0)
     n = 64
-    mem = plan_memory(f, placement(n, 4), False, available, driver_mb=300.0, model="mlp")
+
+    def replan(groups):
+        return plan_memory(f, groups, False, available, driver_mb=300.0, model="mlp")
+
+    mem = replan(placement(n, 4))
     assert mem.node_peak_mb > available
     with pytest.raises(ConfigError) as err:
-        check_fits(mem, n)
+        check_fits(mem, n, replan)
     assert err.value.field == "ray.clients_per_actor"
     assert f"{mem.node_peak_mb:.0f} MB" in err.value.message
     hinted = [int(w.split("=")[1]) for w in err.value.message.split()
@@ -146,14 +150,13 @@ def test_a_plan_that_does_not_fit_is_refused_with_a_grouping_that_does(available
     if available < RAY_DAEMONS_MB + 300 + ACTOR_RUNTIME_MB + 20 + 600 + n * 4:
         assert not hinted and "even one actor does not fit" in err.value.message
         return
-    k = hinted[0]  # the fewest clients per actor that fits: it does, and one less does not
-    fits = plan_memory(f, placement(n, k), False, available, 300.0, "mlp")
+    k = hinted[0]  # the fewest clients per actor that fits: it does, and one actor more does not
+    fits = replan(placement(n, k))
     assert fits.node_peak_mb <= available
-    check_fits(fits, n)
+    check_fits(fits, n, replan)
     more = math.ceil(n / (math.ceil(n / k) + 1))
     if more < k:
-        assert plan_memory(f, placement(n, more), False, available, 300.0,
-                           "mlp").node_peak_mb > available
+        assert replan(placement(n, more)).node_peak_mb > available
 
 
 def test_a_run_too_big_for_the_node_is_one_line_and_writes_nothing(tmp_path, capsys,

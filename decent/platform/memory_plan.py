@@ -31,7 +31,7 @@ import gc
 import math
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import torch
 
 from decent.core.errors import ConfigError
 from decent.platform.config import RunConfig
+from decent.platform.placement import placement
 from decent.platform.plan import RunPlan
 
 # Every figure is proportional set size (PSS: a page shared by k processes counts 1/k in
@@ -99,36 +100,40 @@ class MemoryPlan:
                 f"node ~{self.node_mb:.0f} MB, peak ~{self.node_peak_mb:.0f} MB{avail}")
 
 
-def tensors_in(obj: Any, seen: set[int] | None = None) -> Iterator[torch.Tensor]:
-    """Every tensor reachable from ``obj`` through dataclasses, containers, optimisers and
-    modules, once each."""
+def reachable(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
+    """``obj`` and every object reachable from it through dataclasses, containers, plain
+    objects' attributes, optimisers (parameters and state) and modules (parameters, their
+    gradients, buffers), once each."""
     seen = set() if seen is None else seen
-    if id(obj) in seen:
+    if id(obj) in seen or isinstance(obj, type):
         return
     seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, torch.nn.Module):
+    yield obj
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        return
+    if isinstance(obj, torch.nn.Module):
+        children: list[Any] = [*obj.buffers()]
         for p in obj.parameters():
-            yield p
-            if p.grad is not None:
-                yield p.grad
-        yield from obj.buffers()
+            children += [p] if p.grad is None else [p, p.grad]
     elif isinstance(obj, torch.optim.Optimizer):
-        for group in obj.param_groups:
-            yield from group["params"]
-        yield from tensors_in(obj.state, seen)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from tensors_in(getattr(obj, f.name), seen)
+        children = [[g["params"] for g in obj.param_groups], obj.state]
+    elif dataclasses.is_dataclass(obj):
+        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
     elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from tensors_in(value, seen)
+        children = list(obj.values())
     elif isinstance(obj, (list, tuple, set)):
-        for value in obj:
-            yield from tensors_in(value, seen)
-    elif hasattr(obj, "__dict__") and not isinstance(obj, type):  # a plain object (SubCGE)
-        yield from tensors_in(vars(obj), seen)
+        children = list(obj)
+    elif hasattr(obj, "__dict__"):  # a plain object (SubCGE's estimator)
+        children = [vars(obj)]
+    else:
+        return
+    for child in children:
+        yield from reachable(child, seen)
+
+
+def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor reachable from ``obj`` (see :func:`reachable`), once each."""
+    return (x for x in reachable(obj) if isinstance(x, torch.Tensor))
 
 
 def storage_bytes(tensors: Iterator[torch.Tensor], exclude: set[int]) -> tuple[int, set[int]]:
@@ -155,16 +160,6 @@ def optimiser_slots(opt: torch.optim.Optimizer) -> int:
     return 1 if opt.defaults.get("momentum", 0) else 0
 
 
-def arrays_bytes(obj: Any) -> int:
-    """Bytes of the numpy arrays an object holds (one level of containers)."""
-    total = 0
-    for value in vars(obj).values():
-        items = value.values() if isinstance(value, dict) else \
-            value if isinstance(value, (list, tuple)) else [value]
-        total += sum(item.nbytes for item in items if isinstance(item, np.ndarray))
-    return total
-
-
 def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
     """Build the first and the last client as an actor would, run the first phase of
     round 0 for them (gradients and optimiser state then exist), measure, free."""
@@ -186,7 +181,10 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
         frozen, _ = storage_bytes(iter(group.shareable().values()), set())
         shared, _ = storage_bytes(tensors_in(group.shared), base)
         # the task's tensors (a client's shard may be a view of them: counted here once)
+        # and arrays
         task, task_ptrs = storage_bytes(tensors_in(vars(group.task)), base)
+        task += sum(x.nbytes for x in reachable(vars(group.task))
+                    if isinstance(x, np.ndarray))
         per_client = 0
         for cid in cids:
             client = group.clients[cid]
@@ -195,30 +193,18 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
             # optimiser slots the first phase did not fill yet (a server's outer step)
             slots = sum(optimiser_slots(o) * sum(p.numel() * p.element_size()
                                                  for g in o.param_groups for p in g["params"])
-                        for o in optimisers(client.state) if not o.state)
+                        for o in reachable(client.state)
+                        if isinstance(o, torch.optim.Optimizer) and not o.state)
             # a phase's inbox, decoded from the object store: about what it sends (the
             # payloads it sends are the object store's, counted with the node)
             per_client = max(per_client, own + slots + out[cid])
-        data = arrays_bytes(group.task) + task + shared
+        data = task + shared
     finally:
         del group
         gc.collect()
         release_freed_memory()
     return Footprint(model / MB, frozen / MB, per_client / MB, data / MB,
                      max(out.values()) / MB)
-
-
-def optimisers(state: Any) -> list[torch.optim.Optimizer]:
-    found = []
-    if isinstance(state, torch.optim.Optimizer):
-        return [state]
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        for f in dataclasses.fields(state):
-            found += optimisers(getattr(state, f.name))
-    elif isinstance(state, dict):
-        for value in state.values():
-            found += optimisers(value)
-    return found
 
 
 def release_freed_memory() -> None:
@@ -251,22 +237,17 @@ def plan_memory(footprint: Footprint, groups: list[list[int]], shared: bool,
                       per_actor + copy / (actors + 1), node, max(node, start), available_mb)
 
 
-def check_fits(mem: MemoryPlan, n: int) -> None:
-    """Refuse a plan above the node's memory, with a ``clients_per_actor`` that fits if
-    one does (fewer actors: fewer runtimes and model copies)."""
+def check_fits(mem: MemoryPlan, n: int,
+               replan: Callable[[list[list[int]]], MemoryPlan]) -> None:
+    """Refuse a plan above the node's memory, with the ``clients_per_actor`` that fits
+    with the most actors if one does (fewer actors: fewer runtimes and model copies).
+    ``replan(groups)`` is the plan for another grouping of the ``n`` clients."""
     if mem.available_mb is None or mem.node_peak_mb <= mem.available_mb:
         return
-    fixed = mem.node_mb - mem.actors * mem.per_actor_mb
     for actors in range(mem.actors - 1, 0, -1):
         k = math.ceil(n / actors)
-        per_actor = mem.per_actor_mb + (k - mem.clients_per_actor) * \
-            mem.footprint.per_client_mb
-        if not mem.shared:
-            start = 0.0
-        else:
-            start = fixed + actors * mem.runtime_mb + (actors - 1) * mem.footprint.frozen_mb
-        if max(fixed + actors * per_actor, start) <= mem.available_mb:
-            hint = f"set ray.clients_per_actor={k} ({actors} actor(s))"
+        if replan(placement(n, k)).node_peak_mb <= mem.available_mb:
+            hint = f"set ray.clients_per_actor={k} ({math.ceil(n / k)} actor(s))"
             break
     else:
         hint = ("even one actor does not fit: use fewer clients (topology.n), a smaller "

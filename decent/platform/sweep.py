@@ -100,7 +100,7 @@ def trial_resources(cfg: RunConfig) -> Any:
     driver = {"CPU": float(cfg.torch_threads)}
     if cfg.backend != "ray":
         return tune.PlacementGroupFactory([driver])
-    from decent.platform.ray_backend.backend import placement
+    from decent.platform.placement import placement
 
     actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
         {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
@@ -112,7 +112,7 @@ def size_actors(trials: list[Trial], parallel: int | None,
                 resources: dict[str, float]) -> None:
     """Turn ``ray.clients_per_actor: auto`` into a number per trial: the trials that run at
     once share the cluster's actor slots (at least one actor each)."""
-    from decent.platform.ray_backend.backend import actor_slots
+    from decent.platform.placement import actor_slots
 
     concurrent = min(len(trials), parallel or len(trials))
     for t in trials:

@@ -35,6 +35,7 @@ from decent.platform.memory_plan import (
     probe,
     process_memory_mb,
 )
+from decent.platform.placement import actor_slots, balanced, placement
 from decent.platform.plan import RunPlan, build_plan, check_churn
 from decent.platform.ray_backend import transport
 
@@ -75,36 +76,6 @@ def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
         _system_config={"max_direct_call_object_size": DIRECT_CALL_BYTES},
     )
     return True
-
-
-def placement(n: int, clients_per_actor: int) -> list[list[int]]:
-    """Contiguous groups of ``clients_per_actor`` clients (the last may be smaller)."""
-    actors = math.ceil(n / clients_per_actor)
-    return [list(range(a * clients_per_actor, min(n, (a + 1) * clients_per_actor)))
-            for a in range(actors)]
-
-
-def balanced(n: int, actors: int) -> list[list[int]]:
-    """``n`` clients in ``actors`` contiguous groups whose sizes differ by at most one."""
-    actors = max(1, min(n, actors))
-    base, extra = divmod(n, actors)
-    groups, start = [], 0
-    for a in range(actors):
-        size = base + (a < extra)
-        groups.append(list(range(start, start + size)))
-        start += size
-    return groups
-
-
-def actor_slots(rc: RayConfig, resources: dict[str, float]) -> int:
-    """How many actors the cluster runs at once: its GPUs over ``num_gpus_per_actor`` when
-    actors take GPUs, else its CPUs over ``num_cpus_per_actor`` (or one per CPU when actors
-    reserve none: more torch processes than cores only compete for them)."""
-    if rc.num_gpus_per_actor > 0:
-        slots = resources.get("GPU", 0.0) / rc.num_gpus_per_actor
-    else:
-        slots = resources.get("CPU", 1.0) / (rc.num_cpus_per_actor or 1.0)
-    return max(1, int(slots + 1e-9))
 
 
 def groups_for(cfg: RunConfig, resources: dict[str, float] | None = None) -> list[list[int]]:
@@ -194,16 +165,22 @@ class RayBackend:
         else:
             self.started_ray = connect(rc, store_mb)
         self.groups = groups_for(cfg)
+        share = shares_frozen_weights(cfg, len(self.groups))
         if footprint is not None:
             node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())
-            self.memory = plan_memory(footprint, self.groups,
-                                      shares_frozen_weights(cfg, len(self.groups)), node_mb,
-                                      process_memory_mb()["pss"], cfg.model.name,
-                                      on_gpu=rc.num_gpus_per_actor > 0,
-                                      store_mb=store_mb if self.started_ray else math.inf)
+            driver_mb = process_memory_mb()["pss"]
+
+            def replan(groups: list[list[int]]) -> MemoryPlan:
+                assert footprint is not None
+                return plan_memory(footprint, groups, shares_frozen_weights(cfg, len(groups)),
+                                   node_mb, driver_mb, cfg.model.name,
+                                   on_gpu=rc.num_gpus_per_actor > 0,
+                                   store_mb=store_mb if self.started_ray else math.inf)
+
+            self.memory = replan(self.groups)
             print(self.memory.describe(), flush=True)
             try:
-                check_fits(self.memory, cfg.n)
+                check_fits(self.memory, cfg.n, replan)
             except ConfigError:
                 self.actors = []
                 self.close()
@@ -214,7 +191,7 @@ class RayBackend:
         self.actors = []
         shared_bytes = 0
         try:
-            if shares_frozen_weights(cfg, len(self.groups)):
+            if share:
                 # the first actor builds the model and its frozen weights go to the object
                 # store once (owned by the driver, so they outlive any actor); every other
                 # actor maps them read-only, dropping the copy it built before its clients
