@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from decent.core.errors import ConfigError
+
 
 @dataclass
 class ClientData:
@@ -49,3 +51,13 @@ class Task(ABC):
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """Test metrics of ``model``: always ``loss``; ``accuracy`` for classification,
         ``perplexity`` for language modelling."""
+
+
+def model_tokenizer(task: str, model_cfg: Any, needs: str, what: str) -> Any:
+    """The tokenizer of ``model_cfg``, which task ``task`` needs to be a ``needs`` model
+    (``what``, in words): one line naming model.name otherwise."""
+    from decent.models.causal_lm import load_tokenizer
+
+    if getattr(model_cfg, "name", None) != needs:
+        raise ConfigError("model.name", f"task {task} needs {what}: set model.name={needs}")
+    return load_tokenizer(model_cfg)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, text
-from decent.tasks.base import ClientData, Task
+from decent.tasks.base import ClientData, Task, model_tokenizer
 from decent.tasks.corpora import load_corpus
 from decent.tasks.raw_data import SOURCES
 
@@ -59,14 +59,10 @@ class LanguageModelingTask(Task):
     name = "lm"
 
     def __init__(self, cfg: LanguageModelingConfig, seed: int, model_cfg: Any) -> None:
-        from decent.models.causal_lm import load_tokenizer
-
-        if getattr(model_cfg, "name", None) != "causal_lm":
-            raise ConfigError("model.name", "task lm needs a causal language model: "
-                              "set model.name=causal_lm")
+        self.tokenizer = model_tokenizer("lm", model_cfg, "causal_lm",
+                                         "a causal language model")
         self.cfg = cfg
         self.seed = seed
-        self.tokenizer = load_tokenizer(model_cfg)
         corpus = load_corpus(cfg.corpus, cfg.source, cfg.data_dir, list(cfg.paths) or None)
         self.data_source = corpus.source
         tokens = self.tokenize(corpus.documents)

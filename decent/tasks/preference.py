@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, text
 from decent.models.reward_model import rewards
-from decent.tasks.base import ClientData, Task
+from decent.tasks.base import ClientData, Task, model_tokenizer
 from decent.tasks.corpora import load_corpus
 from decent.tasks.hub import hub_train_split
 from decent.tasks.raw_data import SOURCES
@@ -116,14 +116,10 @@ class PreferenceTask(Task):
     name = "preference"
 
     def __init__(self, cfg: PreferenceConfig, seed: int, model_cfg: Any) -> None:
-        from decent.models.causal_lm import load_tokenizer
-
-        if getattr(model_cfg, "name", None) != "reward_model":
-            raise ConfigError("model.name", "task preference needs a reward model: set "
-                              "model.name=reward_model")
+        self.tokenizer = model_tokenizer("preference", model_cfg, "reward_model",
+                                         "a reward model")
         self.cfg = cfg
         self.seed = seed
-        self.tokenizer = load_tokenizer(model_cfg)
         cfg.validate()
         if is_hub(cfg.pairs):
             triples = hub_pairs(cfg.pairs, cfg.max_pairs)
