@@ -227,3 +227,27 @@ def test_every_config_class_is_a_dataclass_with_defaults():
     for _, _, cls in component_classes():
         obj = cls()
         assert dataclasses.is_dataclass(obj)
+
+
+def bool_cases():
+    """(section, component name, dotted field) of every bool field."""
+    for section, name, cls in component_classes():
+        for field, f, _ in checked_fields(cls):
+            if f.type in ("bool", bool):
+                yield section, name, f"{section}.{field}"
+    for field, f, _ in checked_fields(RunConfig):
+        if f.type in ("bool", bool):
+            yield None, None, field
+
+
+@pytest.mark.parametrize(("section", "component", "field"), list(bool_cases()),
+                         ids=lambda x: str(x))
+def test_every_bool_field_takes_only_true_or_false(tmp_path, capsys, section, component,
+                                                   field):
+    cfg = tiny(tmp_path)
+    if section is not None:
+        cfg[section] = {"name": component}
+    for bad in ("2", "maybe"):
+        err = run_cli(tmp_path, capsys, cfg, f"{field}={bad}")
+        assert err.startswith(f"error: {field}:"), err
+    assert not (tmp_path / "runs").exists()

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from decent.core.errors import ConfigError
-from decent.core.schema import validate_fields
+from decent.core.schema import check_bools, validate_fields
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Registry:
             if old in raw:
                 raise ConfigError(f"{self.kind}.{old}", f"renamed: write {self.kind}.{new} "
                                   f"(same meaning) for {self.kind} {name}")
+        check_bools(OmegaConf.to_container(raw), cls, f"{self.kind}.")
         schema = OmegaConf.structured(cls)
         try:
             merged = OmegaConf.merge(schema, raw)

@@ -163,6 +163,21 @@ def seed_field(default: int = 0) -> Any:
     return in_range(default, 0, SEED_MAX)
 
 
+def check_bools(data: Any, cls: type, prefix: str) -> None:
+    """Every ``bool`` field of ``cls`` (and of its nested sections) given in the raw mapping
+    ``data`` holds true or false: OmegaConf alone would turn 2 or "yes" into True."""
+    if not isinstance(data, dict):
+        return
+    for name, f, _ in checked_fields(cls):
+        if f.type not in ("bool", bool):
+            continue
+        value: Any = data
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{prefix}{name}", f"must be true or false (got {value!r})")
+
+
 def checked_fields(
     cls: type, prefix: str = ""
 ) -> Iterator[tuple[str, dataclasses.Field, Check | None]]:

@@ -25,6 +25,7 @@ from decent.core.schema import (
     CHECK,
     Check,
     at_least,
+    check_bools,
     count_or,
     number,
     one_of,
@@ -235,8 +236,9 @@ def from_layers(*layers: Any) -> RunConfig:
     from decent.tasks.registry import TASKS
 
     for layer in layers:
-        check_shapes(OmegaConf.to_container(layer) if OmegaConf.is_config(layer) else layer,
-                     RunConfig, "")
+        raw = OmegaConf.to_container(layer) if OmegaConf.is_config(layer) else layer
+        check_shapes(raw, RunConfig, "")
+        check_bools(raw, RunConfig, "")
     schema = OmegaConf.structured(RunConfig)
     try:
         merged = OmegaConf.merge(schema, *layers)
