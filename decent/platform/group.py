@@ -146,9 +146,9 @@ class ClientGroup:
 
     def shareable(self) -> dict[str, torch.Tensor]:
         """The frozen weights that every process of the run holds identically and never
-        writes (a LoRA base, SubCGE's W without refreshes, SPES's experts): what several
-        processes on one machine can map from a single copy. Empty on a GPU and for a
-        strategy that writes its shared weights."""
+        writes (a LoRA base, SubCGE's W without refreshes): what several processes on one
+        machine can map from a single copy. Empty on a GPU and for a strategy that writes
+        them (``shared_weights_change``, or not ``frozen_weights_read_only``: SPES)."""
         if (self.device.type != "cpu" or self.strategy.shared_weights_change()
                 or not self.strategy.frozen_weights_read_only):
             return {}

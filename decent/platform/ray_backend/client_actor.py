@@ -23,14 +23,19 @@ from decent.platform.memory_plan import process_memory_mb, release_freed_memory
 from decent.platform.ray_backend import transport
 
 
+def views(frozen: dict[str, transport.EncodedTensor]) -> dict[str, Any]:
+    """Tensors over the stored arrays (mapped read-only from the object store), by name."""
+    return {name: transport.view(enc) for name, enc in frozen.items()}
+
+
 @ray.remote
 class ClientActor:
     def __init__(self, cfg: RunConfig, cids: list[int], has_gpu: bool,
                  frozen: dict[str, transport.EncodedTensor] | None = None) -> None:
         self.device = resolve_device(cfg, has_gpu)
         # ``frozen``: the run's frozen weights, mapped read-only from the object store
-        self.group = ClientGroup(cfg, cids, self.device, frozen=None if not frozen else {
-            name: transport.view(enc) for name, enc in frozen.items()})
+        self.group = ClientGroup(cfg, cids, self.device,
+                                 frozen=views(frozen) if frozen else None)
         release_freed_memory()  # the copy of the model it built, when it adopted the shared
 
     def ready(self) -> bool:
@@ -43,7 +48,7 @@ class ClientActor:
 
     def adopt(self, frozen: dict[str, transport.EncodedTensor]) -> int:
         """Switch to the stored frozen weights; their size in bytes."""
-        self.group.adopt({name: transport.view(enc) for name, enc in frozen.items()})
+        self.group.adopt(views(frozen))
         release_freed_memory()
         return sum(enc.array.nbytes for enc in frozen.values())
 
