@@ -34,6 +34,7 @@ test: lint
 
 bench: install
 	$(PY) benchmarks/backend_overhead.py
+	$(PY) benchmarks/payload_transport.py
 	$(PY) benchmarks/label_word_logits.py
 	$(PY) benchmarks/gossip_compression.py
 	$(PY) benchmarks/network_solver.py

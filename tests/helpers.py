@@ -63,6 +63,18 @@ class WrapsBackend:
         return getattr(self.backend, name)
 
 
+class KillsAnActor(WrapsBackend):
+    """Wraps a RayBackend: ray.kill()s its second actor (with 4 clients per actor, the one
+    hosting clients 4..7) before ``round_``."""
+
+    def run_round(self, r: int) -> Any:
+        import ray
+
+        if r == self.round:
+            ray.kill(self.backend.actors[1])
+        return self.backend.run_round(r)
+
+
 # Methods that run on a star around a server at vertex 0.
 STAR_METHODS = ("fedavg", "diloco", "spes")
 

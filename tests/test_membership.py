@@ -18,7 +18,7 @@ from decent.platform.config import from_dict
 from decent.platform.evaluation import mean_model
 from decent.platform.local_backend import LocalBackend
 from decent.platform.runner import make_backend, run
-from tests.helpers import WrapsBackend, rows_and_vectors, tiny
+from tests.helpers import KillsAnActor, rows_and_vectors, tiny
 
 EVENTS = [{"round": 2, "client": 3, "kind": "crash"}, {"round": 3, "client": 1,
                                                         "kind": "leave"},
@@ -170,17 +170,6 @@ def test_churn_is_the_same_on_both_backends(tmp_path, ray_session):
     assert rows == ref_rows
     for cid, vec in ref_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
-
-
-class KillsAnActor(WrapsBackend):
-    """Wraps a RayBackend: ray.kill()s the actor hosting clients 4..7 before ``round_``."""
-
-    def run_round(self, r):
-        import ray
-
-        if r == self.round:
-            ray.kill(self.backend.actors[1])
-        return self.backend.run_round(r)
 
 
 def test_a_killed_client_actor_takes_its_clients_down_and_the_run_goes_on(

@@ -12,7 +12,7 @@ lost, or held back for some phases.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +162,12 @@ class Router:
     def take(self, cids: Iterable[int]) -> dict[int, list[Message]]:
         """Hand out (and forget) the inboxes of ``cids``; a client with no mail gets []."""
         return {cid: self._ready.pop(cid, []) for cid in cids}
+
+    def in_flight(self) -> Iterator[Message]:
+        """Every message posted and not yet handed out (ready, delayed, or just posted)."""
+        for queue in (self._ready, self._later, self._pending):
+            for msgs in queue.values():
+                yield from msgs
 
     def end_round(self) -> RoundTraffic:
         """Totals of the round that just ended; starts counting the next one."""

@@ -96,6 +96,10 @@ class RayConfig:
     # an actor that dies: its clients crash and the run goes on without them (churn), or
     # the run goes back to its last checkpoint with fresh actors (restart)
     on_actor_death: str = one_of(("churn", "restart"), "churn")
+    # how large payloads (≥ 64 KiB) move between actors: through the object store, or
+    # with Ray Direct Transport (the sender keeps them; NCCL between GPU actors, Gloo
+    # between CPU actors); auto: RDT on GPU actors, the object store on CPU actors
+    payload_transport: str = one_of(("auto", "object_store", "rdt"), "auto")
     max_restarts: int = at_least(0, 3)
 
 

@@ -37,7 +37,7 @@ from decent.platform.memory_plan import (
 )
 from decent.platform.placement import actor_slots, balanced, placement
 from decent.platform.plan import RunPlan, build_plan, check_churn
-from decent.platform.ray_backend import transport
+from decent.platform.ray_backend import direct, transport
 
 # Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
 # not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
@@ -134,7 +134,7 @@ def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
 
 class RayBackend:
     def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
-        from decent.platform.ray_backend.client_actor import ClientActor
+        from decent.platform.ray_backend.client_actor import ClientActor, DirectClientActor
 
         self.cfg = cfg
         plan = plan or build_plan(cfg)
@@ -186,9 +186,11 @@ class RayBackend:
                 self.close()
                 raise
         gpu = rc.num_gpus_per_actor > 0
-        actor = ClientActor.options(num_cpus=rc.num_cpus_per_actor,
-                                    num_gpus=rc.num_gpus_per_actor)
+        wanted = direct.requested(rc)  # an RDT transport, or None: the object store
+        actor = (ClientActor if wanted is None else DirectClientActor).options(
+            num_cpus=rc.num_cpus_per_actor, num_gpus=rc.num_gpus_per_actor)
         self.actors = []
+        self.direct: direct.DirectPayloads | None = None
         shared_bytes = 0
         try:
             if share:
@@ -196,15 +198,24 @@ class RayBackend:
                 # store once (owned by the driver, so they outlive any actor); every other
                 # actor maps them read-only, dropping the copy it built before its clients
                 # are made, and the first switches to them too
-                self.actors.append(actor.remote(cfg, self.groups[0], gpu))
+                self.actors.append(actor.remote(cfg, self.groups[0], gpu, index=0))
                 frozen = self.actors[0].frozen_weights.remote()
                 shared_bytes = ray.get(self.actors[0].adopt.remote(frozen))
-                self.actors += [actor.remote(cfg, cids, gpu, frozen)
-                                for cids in self.groups[1:]]
+                self.actors += [actor.remote(cfg, cids, gpu, frozen, index=k)
+                                for k, cids in enumerate(self.groups[1:], 1)]
                 self.frozen = frozen
             else:
-                self.actors = [actor.remote(cfg, cids, gpu) for cids in self.groups]
+                self.actors = [actor.remote(cfg, cids, gpu, index=k)
+                               for k, cids in enumerate(self.groups)]
             ray.get([a.ready.remote() for a in self.actors])  # surface build errors now
+            if wanted is not None:
+                try:
+                    self.direct = direct.DirectPayloads(wanted, self.actors)
+                except Exception as exc:  # no such backend here: the object store it is
+                    reason = (str(exc).splitlines() or [""])[0]
+                    print(f"payloads: Ray Direct Transport over {wanted} is unavailable "
+                          f"({type(exc).__name__}: {reason}); using the object store",
+                          flush=True)
         except Exception:
             self.close()
             raise
@@ -214,7 +225,7 @@ class RayBackend:
             "ray_actors": len(self.groups),
             "ray_clients_per_actor": (str(sizes[0]) if sizes[0] == sizes[-1]
                                       else f"{sizes[0]}-{sizes[-1]}"),
-            "ray_payload_path": "object store",
+            "ray_payload_path": "object store" if self.direct is None else self.direct.path,
             "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
         }
 
@@ -244,26 +255,48 @@ class RayBackend:
         for step, phase in enumerate(self.strategy.phases(round_)):
             # inboxes hold references to large payloads: the actor fetches those itself
             inboxes = {i: self.router.take(self.groups[i]) for i in self.live()}
-            calls = {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
-                     for i, inbox in inboxes.items()}
+            calls = self.submit_phase(round_, step, phase, inboxes, members)
             for i, call in calls.items():
                 try:
                     outgoing, compute, group_stats = ray.get(call)
                 except ray.exceptions.RayActorError:
                     self.lose(i, round_, inboxes[i])
                     continue
+                if self.direct is not None:
+                    self.direct.posted(i, outgoing)
                 self.router.post(round_, phase, outgoing, compute)
                 for cid, s in group_stats.items():
                     stats.setdefault(cid, {}).update(s)
             self.router.advance()
+            if self.direct is not None:
+                self.direct.settle(self.router.in_flight())
         return stats, self.router.end_round()
+
+    def submit_phase(self, round_: int, step: int, phase: str,
+                     inboxes: dict[int, dict[int, list[Message]]],
+                     members: Any) -> dict[int, ray.ObjectRef]:
+        """One ``run_phase`` call per live actor, with its inbox bundle; over RDT, every
+        hand-over it needs is submitted first, and its bundle drops messages whose payload
+        died with its actor."""
+        if self.direct is None:
+            return {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
+                    for i, inbox in inboxes.items()}
+        handed = {}
+        for i in inboxes:
+            inboxes[i], handed[i] = self.direct.hand_overs(self.actors, i, inboxes[i],
+                                                           self.dead)
+        return {i: self.actors[i].run_phase_direct.remote(
+                    round_, step, phase, inbox, members, self.direct.release(i), *handed[i])
+                for i, inbox in inboxes.items()}
 
     def lose(self, actor: int, round_: int,
              unread: dict[int, list[Message]] | None = None) -> None:
         """An actor died for real: its clients crashed in this round. The run goes on
         without them if the method can; otherwise it stops with one line. ``unread`` is the
         inbox bundle it was handed this phase and never read."""
-        if self.cfg.ray.on_actor_death == "restart":
+        if self.cfg.ray.on_actor_death == "restart" or self.direct is not None:
+            # over RDT the run cannot go on without it: payloads it kept for others died
+            # with it, and its receivers' calls fail with it, so back to the checkpoint
             raise ActorLost(f"the actor hosting clients {self.groups[actor]} died in round "
                             f"{round_}")
         self.dead.add(actor)
@@ -314,6 +347,9 @@ class RayBackend:
             process = process if proc is None else proc
         # messages in flight, their payloads fetched and decoded to CPU tensors
         router = self.router.save()
+        if self.direct is not None:  # payloads kept by their senders' actors
+            router["ready"] = self.direct.fetch(self.actors, router["ready"], self.dead)
+            router["later"] = self.direct.fetch(self.actors, router["later"], self.dead)
         cpu = torch.device("cpu")
         router["ready"] = {cid: msgs for cid, msgs in
                            transport.receive(router["ready"], cpu).items() if msgs}
@@ -343,6 +379,9 @@ class RayBackend:
         return out
 
     def close(self) -> None:
+        if getattr(self, "direct", None) is not None:
+            self.direct.close()
+            self.direct = None
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

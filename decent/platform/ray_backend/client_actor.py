@@ -28,11 +28,17 @@ def views(frozen: dict[str, transport.EncodedTensor]) -> dict[str, Any]:
     return {name: transport.view(enc) for name, enc in frozen.items()}
 
 
-@ray.remote
-class ClientActor:
+class ClientHost:
+    """What each ClientActor runs (Ray's actor classes below wrap it)."""
+
     def __init__(self, cfg: RunConfig, cids: list[int], has_gpu: bool,
-                 frozen: dict[str, transport.EncodedTensor] | None = None) -> None:
+                 frozen: dict[str, transport.EncodedTensor] | None = None,
+                 index: int = 0) -> None:
         self.device = resolve_device(cfg, has_gpu)
+        self.index = index  # its position among the run's actors
+        # payloads kept for Ray Direct Transport until every receiver has them, by key
+        self.held: dict[int, Any] = {}
+        self.next_key = 0
         # ``frozen``: the run's frozen weights, mapped read-only from the object store
         self.group = ClientGroup(cfg, cids, self.device,
                                  frozen=views(frozen) if frozen else None)
@@ -64,6 +70,36 @@ class ClientActor:
         outgoing, compute = self.group.run_phase(round_, step, phase, inboxes, members)
         return transport.send(outgoing), compute, self.group.pop_stats()
 
+    def run_phase_direct(
+        self, round_: int, step: int, phase: str, inboxes: dict[int, list[Message]] | None,
+        members: RoundMembers | None, release: list[int], *handed: Any,
+    ) -> tuple[list[Message], dict[int, float], dict[int, dict[str, Stat]]]:
+        """:meth:`run_phase` with payloads over Ray Direct Transport: ``handed`` are the
+        ``hand_over`` results of the actors holding this bundle's payloads (Ray moved their
+        tensors here); ``release`` are keys of this actor's that no message needs any more;
+        large outgoing payloads stay here and only their keys go out."""
+        for key in release:
+            del self.held[key]
+        inboxes = transport.resolve(inboxes or {}, self.index, self.held, handed,
+                                    self.device)
+        outgoing, compute = self.group.run_phase(round_, step, phase, inboxes, members)
+        outgoing, self.next_key = transport.keep(outgoing, self.held, self.index,
+                                                 self.next_key, self.device)
+        return outgoing, compute, self.group.pop_stats()
+
+    def hand_over(self, keys: list[int]) -> tuple[int, dict[int, Any]]:
+        """The kept payloads under ``keys``, for another actor (called with Ray's
+        ``tensor_transport`` option, so their tensors go straight to that actor)."""
+        return self.index, {key: self.held[key] for key in keys}
+
+    def held_payloads(self, keys: list[int]) -> dict[int, Any]:
+        """The kept payloads under ``keys`` encoded for the object store (a checkpoint of
+        messages in flight)."""
+        return {key: transport.encode(self.held[key]) for key in keys}
+
+    def held_keys(self) -> list[int]:
+        return sorted(self.held)
+
     def param_sum(self, cids: list[int] | None = None) -> np.ndarray | None:
         return self.group.param_sum(cids)
 
@@ -89,3 +125,10 @@ class ClientActor:
     def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None:
         self.group.load(clients, process)
 
+
+
+ClientActor = ray.remote(ClientHost)
+# Ray Direct Transport needs the option on the actor class itself, not on an instance;
+# it also moves the actor's calls off the process's main thread, so only runs that ask
+# for RDT use this one
+DirectClientActor = ray.remote(enable_tensor_transport=True)(ClientHost)

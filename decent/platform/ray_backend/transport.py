@@ -28,36 +28,42 @@ class EncodedTensor:
     dtype: str  # torch dtype name, e.g. "float32", "bfloat16"
 
 
+def mapped(payload: Any, leaf: type, fn: Any) -> Any:
+    """``payload`` with every ``leaf`` inside it (through dicts, lists, tuples and
+    :class:`Declared`) replaced by ``fn(leaf)``."""
+    if isinstance(payload, leaf):
+        return fn(payload)
+    if isinstance(payload, dict):
+        return {k: mapped(v, leaf, fn) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(mapped(v, leaf, fn) for v in payload)
+    if isinstance(payload, Declared):
+        return Declared(mapped(payload.payload, leaf, fn), payload.nbytes)
+    return payload
+
+
+def encode_tensor(tensor: torch.Tensor) -> EncodedTensor:
+    t = tensor.detach().to("cpu").contiguous()
+    dtype = str(t.dtype).removeprefix("torch.")
+    array = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+    return EncodedTensor(array, dtype)
+
+
 def encode(payload: Any) -> Any:
     """Replace every tensor in ``payload`` by a numpy-backed :class:`EncodedTensor`."""
-    if isinstance(payload, torch.Tensor):
-        t = payload.detach().to("cpu").contiguous()
-        dtype = str(t.dtype).removeprefix("torch.")
-        array = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
-        return EncodedTensor(array, dtype)
-    if isinstance(payload, dict):
-        return {k: encode(v) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(encode(v) for v in payload)
-    if isinstance(payload, Declared):
-        return Declared(encode(payload.payload), payload.nbytes)
-    return payload
+    return mapped(payload, torch.Tensor, encode_tensor)
 
 
 def decode(payload: Any, device: torch.device) -> Any:
     """Inverse of :func:`encode`: fresh, writable tensors on ``device``."""
-    if isinstance(payload, EncodedTensor):
-        t = torch.from_numpy(payload.array.copy())  # object-store arrays are read-only
-        if payload.dtype == "bfloat16":
+
+    def tensor(enc: EncodedTensor) -> torch.Tensor:
+        t = torch.from_numpy(enc.array.copy())  # object-store arrays are read-only
+        if enc.dtype == "bfloat16":
             t = t.view(torch.bfloat16)
         return t.to(device)
-    if isinstance(payload, dict):
-        return {k: decode(v, device) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(decode(v, device) for v in payload)
-    if isinstance(payload, Declared):
-        return Declared(decode(payload.payload, device), payload.nbytes)
-    return payload
+
+    return mapped(payload, EncodedTensor, tensor)
 
 
 def view(payload: EncodedTensor) -> torch.Tensor:
@@ -94,3 +100,65 @@ def receive(inboxes: dict[int, list[Message]], device: torch.device) -> dict[int
         ]
         for cid, msgs in inboxes.items()
     }
+
+
+# ------------------------------------------------------------------ Ray Direct Transport
+# With ``ray.payload_transport: rdt`` a large payload stays with its sender, as tensors on
+# the sender's device, until the actor of a client it is addressed to runs: the driver then
+# asks the sender's actor for every payload that actor needs (one ``hand_over`` call per
+# (sender actor, receiver actor) pair and phase) and Ray moves the tensors actor to actor,
+# over NCCL between GPUs or Gloo between CPUs, never through the driver or the object store.
+
+
+@dataclass(frozen=True)
+class Held:
+    """A payload kept by actor ``actor`` under ``key`` (the message carries only this)."""
+
+    actor: int
+    key: int
+
+
+def on_device(payload: Any, device: torch.device) -> Any:
+    """``payload`` with every tensor contiguous on ``device`` (a no-op for those already
+    there): what a sender keeps, and what a receiver decodes a handed payload to."""
+    return mapped(payload, torch.Tensor, lambda t: t.detach().to(device).contiguous())
+
+
+def keep(messages: list[Message], held: dict[int, Any], actor: int, next_key: int,
+         device: torch.device) -> tuple[list[Message], int]:
+    """Messages ready for the router with their large payloads kept in ``held`` (under keys
+    from ``next_key`` on) and replaced by :class:`Held`; small ones go inline as with
+    :func:`send`. One payload object sent to several neighbours is kept once, so it crosses
+    to another actor once per phase however many of that actor's clients receive it.
+    Returns the messages and the next free key."""
+    out = []
+    seen: dict[int, Held] = {}  # id(payload) → where it is kept
+    for msg in messages:
+        if msg.nbytes < INLINE_BYTES:
+            out.append(replace(msg, payload=encode(msg.payload)))
+            continue
+        where = seen.get(id(msg.payload))
+        if where is None:
+            where = seen[id(msg.payload)] = Held(actor, next_key)
+            held[next_key] = on_device(msg.payload, device)
+            next_key += 1
+        out.append(replace(msg, payload=where))
+    return out, next_key
+
+
+def resolve(inboxes: dict[int, list[Message]], actor: int, held: dict[int, Any],
+            handed: Any, device: torch.device) -> dict[int, list[Message]]:
+    """An inbox bundle with every payload in place: :class:`Held` ones from this actor's
+    own ``held`` (as the local backend would hand them), or from ``handed`` — the
+    ``(sender actor, {key: payload})`` pairs Ray moved here — and the rest as
+    :func:`receive` does."""
+    got = {(sender, key): payload for sender, part in handed for key, payload in part.items()}
+
+    def fetch(h: Held) -> Any:
+        if h.actor == actor:
+            return held[h.key]
+        return on_device(got[(h.actor, h.key)], device)
+
+    inboxes = {cid: [replace(m, payload=fetch(m.payload)) if isinstance(m.payload, Held)
+                     else m for m in msgs] for cid, msgs in inboxes.items()}
+    return receive(inboxes, device)

@@ -1,0 +1,128 @@
+"""Payloads over Ray Direct Transport (RDT): the driver's side.
+
+On GPU actors the object store costs each large payload a device→host copy at the sender,
+a host copy into the store, and a host→device copy at the receiver. With RDT the sender's
+actor keeps the payload's tensors where they are (:func:`.transport.keep`); when the actor
+of a client it is addressed to runs, the driver asks the sender's actor to hand over
+everything that receiver needs — one ``hand_over`` call per (sender actor, receiver actor)
+pair per phase, passed to the receiver's ``run_phase_direct`` as a positional argument —
+and Ray moves the tensors actor to actor: NCCL between GPUs, Gloo between CPUs. The driver
+sees only message headers and :class:`.transport.Held` keys.
+
+Ray's constraints shape this (Ray 2.60, RDT alpha): both actors need
+``enable_tensor_transport``, they must share a collective group, and an RDT reference
+must be a top-level argument of a call made by the process that created the group.
+
+The driver also decides when a kept payload may go: after each phase, any key no message
+in flight refers to any more (delivered, dropped by a fault, cut by a partition) is
+released at its actor's next call. A payload kept by an actor that died dies with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import ray
+
+from decent.core.messages import Message
+from decent.platform.config import RayConfig
+from decent.platform.ray_backend.transport import Held
+
+# RDT's tensor transports and the collective backend each needs
+COLLECTIVE_BACKEND = {"gloo": "torch_gloo", "nccl": "nccl"}
+
+
+def requested(rc: RayConfig) -> str | None:
+    """The RDT transport ``ray.payload_transport`` asks for (None: the object store).
+    ``auto`` picks NCCL for GPU actors and the object store for CPU actors: on one node
+    the store moves CPU arrays zero-copy, faster than Gloo (benchmarks/payload_transport.py)."""
+    on_gpu = rc.num_gpus_per_actor > 0
+    if rc.payload_transport == "object_store" or (rc.payload_transport == "auto"
+                                                  and not on_gpu):
+        return None
+    return "nccl" if on_gpu else "gloo"
+
+
+class DirectPayloads:
+    """One run's RDT: its collective group and which kept payloads each actor may drop."""
+
+    def __init__(self, transport: str, actors: list[Any]) -> None:
+        from ray.experimental.collective import create_collective_group
+
+        self.transport = transport
+        self.group = create_collective_group(actors, backend=COLLECTIVE_BACKEND[transport])
+        self.kept: dict[int, set[int]] = defaultdict(set)  # actor → keys it keeps
+        self.releases: dict[int, list[int]] = {}  # actor → keys to drop at its next call
+
+    @property
+    def path(self) -> str:
+        return f"rdt {self.transport}"
+
+    def hand_overs(self, actors: list[Any], receiver: int, inbox: dict[int, list[Message]],
+                   dead: set[int]) -> tuple[dict[int, list[Message]], list[ray.ObjectRef]]:
+        """``receiver``'s inbox bundle without messages whose payload died with its actor,
+        and one RDT reference per other actor holding payloads the bundle needs."""
+        need: dict[int, set[int]] = defaultdict(set)
+        kept_inbox: dict[int, list[Message]] = {}
+        for cid, msgs in inbox.items():
+            kept_inbox[cid] = []
+            for msg in msgs:
+                if isinstance(msg.payload, Held):
+                    if msg.payload.actor in dead:
+                        continue
+                    if msg.payload.actor != receiver:
+                        need[msg.payload.actor].add(msg.payload.key)
+                kept_inbox[cid].append(msg)
+        refs = [actors[sender].hand_over.options(tensor_transport=self.transport)
+                .remote(sorted(keys)) for sender, keys in sorted(need.items())]
+        return kept_inbox, refs
+
+    def posted(self, actor: int, messages: Iterable[Message]) -> None:
+        """Record the keys ``actor`` kept for the messages it just sent."""
+        self.kept[actor].update(m.payload.key for m in messages if isinstance(m.payload, Held))
+
+    def settle(self, in_flight: Iterable[Message]) -> None:
+        """After a phase: every kept key no message in flight refers to is released."""
+        live: dict[int, set[int]] = defaultdict(set)
+        for msg in in_flight:
+            if isinstance(msg.payload, Held):
+                live[msg.payload.actor].add(msg.payload.key)
+        for actor, keys in self.kept.items():
+            gone = keys - live[actor]
+            if gone:
+                self.releases[actor] = sorted(set(self.releases.get(actor, [])) | gone)
+                keys -= gone
+
+    def release(self, actor: int) -> list[int]:
+        """The keys ``actor`` drops at this call (and forgets)."""
+        return self.releases.pop(actor, [])
+
+    def fetch(self, actors: list[Any], messages: dict[Any, list[Message]],
+              dead: set[int]) -> dict[Any, list[Message]]:
+        """``messages`` with every kept payload fetched through the object store (encoded
+        arrays), for a checkpoint; those whose actor died are left out."""
+        want: dict[int, set[int]] = defaultdict(set)
+        for msgs in messages.values():
+            for m in msgs:
+                if isinstance(m.payload, Held) and m.payload.actor not in dead:
+                    want[m.payload.actor].add(m.payload.key)
+        got = {(actor, key): payload
+               for actor, part in zip(want, ray.get([actors[a].held_payloads.remote(
+                   sorted(keys)) for a, keys in want.items()]), strict=True)
+               for key, payload in part.items()}
+        return {k: [replace(m, payload=got[(m.payload.actor, m.payload.key)])
+                    if isinstance(m.payload, Held) else m
+                    for m in msgs if not (isinstance(m.payload, Held)
+                                          and m.payload.actor in dead)]
+                for k, msgs in messages.items()}
+
+    def close(self) -> None:
+        from ray.experimental.collective import destroy_collective_group
+
+        # fails only when the actors are gone already: nothing left to tear down then
+        with contextlib.suppress(Exception):
+            destroy_collective_group(self.group)

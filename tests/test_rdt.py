@@ -1,0 +1,205 @@
+"""Payloads over Ray Direct Transport (``ray.payload_transport: rdt``), on CPU actors with
+Gloo — the code path GPU actors run with NCCL: the sender keeps a large payload, Ray hands
+it actor to actor, and the run is the local run bit for bit; nothing kept outlives the
+messages that need it; checkpoints, actor deaths and an unavailable transport."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from decent.core.messages import Declared, Message, wire_size
+from decent.platform.config import RayConfig, from_dict
+from decent.platform.ray_backend import direct, transport
+from decent.platform.ray_backend.transport import INLINE_BYTES, EncodedTensor, Held
+from decent.platform.runner import make_backend, resume, run
+from tests.helpers import KillsAnActor, WrapsBackend, rows_and_vectors, run_capturing, tiny
+
+# the digits MLP with a hidden layer of 256: 19 210 values, 76 840 bytes a model, so every
+# model a DSGD client sends is large enough (≥ 64 KiB) to be kept by its sender
+BIG = {"name": "mlp", "hidden": [256]}
+# lost, late (across round ends) and partitioned messages: kept payloads nobody receives
+FAULTS = {"drop": 0.2, "delay": 0.3, "delay_phases": 2,
+          "partition": {"start": 2, "rounds": 1, "parts": 2}}
+
+
+def big_ring(tmp_path, **sections):
+    return tiny(tmp_path, rounds=5, topology={"name": "ring", "n": 6}, model=BIG,
+                faults=FAULTS, **sections)
+
+
+def over_rdt(base, clients_per_actor=2, **ray):
+    return from_dict({**base, "backend": "ray",
+                      "ray": {"clients_per_actor": clients_per_actor,
+                              "payload_transport": "rdt", **ray}})
+
+
+def message(src, dst, payload):
+    msg = Message(src, dst, "model", payload)
+    msg.nbytes = wire_size(payload)
+    return msg
+
+
+def test_keep_holds_each_large_payload_object_once_and_sends_small_ones_inline():
+    big, other = torch.arange(INLINE_BYTES // 4, dtype=torch.float32), torch.ones(20_000)
+    small = torch.ones(10)
+    sent = [message(0, 1, big), message(0, 2, big), message(0, 3, {"x": other}),
+            message(0, 4, small), message(0, 5, Declared(big, 8))]
+    held: dict[int, object] = {}
+    out, next_key = transport.keep(sent, held, actor=3, next_key=7, device=torch.device("cpu"))
+    # one key per payload object: the same tensor to two neighbours crosses once
+    assert [m.payload for m in out[:3]] == [Held(3, 7), Held(3, 7), Held(3, 8)]
+    assert isinstance(out[3].payload, EncodedTensor)  # 40 bytes ride in the message
+    # a payload declaring a small wire size travels inline, as through the object store
+    assert isinstance(out[4].payload, Declared) and next_key == 9
+    # kept as sent (contiguous, on the actor's device): no copy
+    assert held[7].data_ptr() == big.data_ptr() and set(held) == {7, 8}
+    assert [m.nbytes for m in out] == [m.nbytes for m in sent]
+
+    # the receiving side: its own actor's payloads as kept, another's as Ray handed them
+    handed = [(5, {0: torch.full((3,), 2.0)})]
+    inbox = {1: [out[0], replace_payload(out[0], Held(5, 0)), out[3]]}
+    got = transport.resolve(inbox, 3, held, handed, torch.device("cpu"))[1]
+    assert got[0].payload is held[7]
+    assert torch.equal(got[1].payload, torch.full((3,), 2.0))
+    assert torch.equal(got[2].payload, small)
+
+
+def replace_payload(msg, payload):
+    import dataclasses
+
+    return dataclasses.replace(msg, payload=payload)
+
+
+@pytest.mark.parametrize(("transport_", "gpus", "wanted"), [
+    ("auto", 0, None), ("auto", 0.25, "nccl"), ("rdt", 0, "gloo"), ("rdt", 1, "nccl"),
+    ("object_store", 0, None), ("object_store", 1, None)])
+def test_auto_moves_gpu_payloads_with_nccl_and_cpu_payloads_through_the_store(
+        transport_, gpus, wanted):
+    assert direct.requested(RayConfig(payload_transport=transport_,
+                                      num_gpus_per_actor=gpus)) == wanted
+
+
+class Watches(WrapsBackend):
+    """Wraps a RayBackend: counts RDT hand-overs, and at the end compares what every
+    actor still keeps with what the messages in flight refer to."""
+
+    def __init__(self, backend):
+        super().__init__(backend, -1)
+        self.hand_overs = 0
+        self.most_per_call = 0
+        self.kept: dict[int, list[int]] = {}
+        self.needed: dict[int, list[int]] = {}
+        self.dropping: dict[int, list[int]] = {}
+        hand_overs = backend.direct.hand_overs
+
+        def counting(*args):
+            inbox, refs = hand_overs(*args)
+            self.hand_overs += len(refs)
+            self.most_per_call = max(self.most_per_call, len(refs))
+            return inbox, refs
+
+        backend.direct.hand_overs = counting
+
+    def close(self):
+        import ray
+
+        for i, keys in enumerate(ray.get([a.held_keys.remote() for a in self.actors])):
+            self.kept[i] = keys
+        for msg in self.router.in_flight():
+            if isinstance(msg.payload, Held):
+                self.needed.setdefault(msg.payload.actor, []).append(msg.payload.key)
+        self.dropping = dict(self.direct.releases)  # at each actor's next call
+        self.backend.close()
+
+
+def test_payloads_over_gloo_are_the_local_run_bit_for_bit(tmp_path, ray_session):
+    base = big_ring(tmp_path)
+    local_rows, local_vectors = rows_and_vectors(from_dict(base))
+    cfg = over_rdt(base)  # 3 actors × 2 clients: every ring edge between actors is used
+    watched = Watches(make_backend(cfg))
+    vectors: dict[int, np.ndarray] = {}
+    close = watched.close
+
+    def capture_then_close():
+        vectors.update(watched.backend.client_vectors())
+        close()
+
+    watched.close = capture_then_close
+    result = run(cfg, watched)
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == local_rows
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["ray_payload_path"] == "rdt gloo"
+    assert summary["dropped_messages_total"] > 0 and summary["delayed_messages_total"] > 0
+    assert summary["partitioned_messages_total"] > 0
+    # an actor's clients hear from clients on its two neighbouring actors only: at most
+    # one hand-over from each per phase (fewer when faults left nothing to hand over)
+    assert watched.hand_overs > 0 and watched.most_per_call == 2
+    # what the actors keep at the end is exactly what the messages in flight still need,
+    # and what the last phase left nobody needing (dropped at the actor's next call)
+    needed = {a: set(k) for a, k in watched.needed.items()}
+    assert needed and watched.dropping
+    for a, kept in watched.kept.items():
+        assert set(kept) == needed.get(a, set()) | set(watched.dropping.get(a, []))
+        assert not needed.get(a, set()) & set(watched.dropping.get(a, []))
+
+
+def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypatch):
+    """Late messages kept by their senders cross the checkpoint: it fetches them."""
+    base = {**big_ring(tmp_path, checkpoint={"every": 2}), "rounds": 6}
+    local, local_vectors = run_capturing(run, from_dict(base), from_dict(base))
+    cfg = over_rdt(base)
+    fetch, fetched = direct.DirectPayloads.fetch, []
+
+    def counting(self, actors, messages, dead):
+        fetched.extend(m for msgs in messages.values() for m in msgs
+                       if isinstance(m.payload, Held))
+        return fetch(self, actors, messages, dead)
+
+    monkeypatch.setattr(direct.DirectPayloads, "fetch", counting)
+    on_ray = run(cfg)
+    assert fetched  # the checkpoints held messages whose payloads their senders kept
+    pointer = json.loads((on_ray.run_dir / "checkpoint.json").read_text())
+    assert pointer["round"] == 4
+    partial = on_ray.run_dir.parent / f".{on_ray.run_dir.name}-stopped.partial"
+    import shutil
+
+    shutil.copytree(on_ray.run_dir, partial)
+    (partial / "summary.json").unlink()
+    resumed, vectors = run_capturing(resume, cfg, partial)
+    steady = [{k: v for k, v in r.items() if k != "wall_s"} for r in resumed.rows]
+    assert steady == [{k: v for k, v in r.items() if k != "wall_s"} for r in local.rows]
+    for cid, vec in local_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
+
+
+def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(tmp_path, ray_session):
+    """The payloads it kept died with it, so the run cannot go on without its clients
+    (``churn``): it goes back to its checkpoint with fresh actors instead."""
+    base = {**big_ring(tmp_path, checkpoint={"every": 2}), "rounds": 4}
+    reference, _ = rows_and_vectors(from_dict(base))
+    cfg = over_rdt(base)
+    assert cfg.ray.on_actor_death == "churn"
+    result = run(cfg, KillsAnActor(make_backend(cfg), 3))
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+
+
+def test_no_rdt_here_falls_back_to_the_object_store_with_one_line(tmp_path, ray_session,
+                                                                  monkeypatch, capsys):
+    def unavailable(self, transport_, actors):
+        raise RuntimeError("no torch_gloo backend\nsecond line")
+
+    monkeypatch.setattr(direct.DirectPayloads, "__init__", unavailable)
+    base = {**big_ring(tmp_path), "rounds": 2}
+    reference, _ = rows_and_vectors(from_dict(base))
+    result = run(over_rdt(base))
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+    assert ("payloads: Ray Direct Transport over gloo is unavailable (RuntimeError: no "
+            "torch_gloo backend); using the object store") in capsys.readouterr().out
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["ray_payload_path"] == "object store"
