@@ -3,6 +3,7 @@ arithmetic and its estimate against measured actor memory, refusal of a run that
 fit, and ``clients_per_actor: auto`` in sweeps."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from decent.platform.memory_plan import (
     check_fits,
     plan_memory,
     probe,
+    probe_apart,
 )
 from decent.platform.plan import build_plan
 from decent.platform.ray_backend.backend import placement
@@ -101,11 +103,39 @@ def test_the_probe_counts_the_model_and_each_clients_tensors_exactly(tmp_path):
     assert f.model_mb * MB == 4 * params
     assert f.frozen_mb == 0
     assert f.message_mb * MB == 2 * 4 * params  # its model to each of 2 neighbours
-    # a client: its replica, its gradients, one momentum slot per value, an inbox of two
-    # models and its shard of digits (64 float32 pixels and one int64 label per example,
-    # a quarter of the 1 438 training examples give or take the partition's rounding)
-    shard = (f.per_client_mb * MB - 5 * 4 * params) / (64 * 4 + 8)
+    assert f.edge_mb * MB == 4 * params  # one model to one neighbour
+    # a client: its replica, its gradients, one momentum slot per value, and its shard of
+    # digits (64 float32 pixels and one int64 label per example, a quarter of the 1 438
+    # training examples give or take the partition's rounding); its inbox is the plan's
+    shard = (f.per_client_mb * MB - 3 * 4 * params) / (64 * 4 + 8)
     assert 355 <= shard <= 365 and shard == int(shard)
+
+
+def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_path):
+    """The driver of a language-model run on Ray probes in a process of its own, so it
+    never imports transformers: the footprint is the in-process one, exactly, and a user
+    error in it comes back as the same one-line error."""
+    import subprocess
+    import sys
+
+    cfg = from_dict(lora_lm(tmp_path))
+    box = tmp_path / "cfg.pkl"
+    box.write_bytes(pickle.dumps(cfg))
+    code = ("import pickle, sys; from decent.platform.memory_plan import probe_apart; "
+            "f = probe_apart(pickle.loads(open(sys.argv[1], 'rb').read())); "
+            "print(repr(f)); print('transformers' in sys.modules, 'peft' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(box)], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out[-2] == repr(probe(cfg, build_plan(cfg)))
+    assert out[-1] == "False False"
+
+    # found only once the model is built: a module LoRA cannot adapt
+    wrong = lora_lm(tmp_path)
+    wrong["model"]["lora"] = {**LORA, "target_modules": ["no_such_proj"]}
+    with pytest.raises(ConfigError) as err:
+        probe_apart(from_dict(wrong))
+    assert err.value.field == "model.lora.target_modules"
+    assert "has no module named no_such_proj" in err.value.message
 
 
 def test_plan_arithmetic_matches_its_formula():
@@ -118,10 +148,20 @@ def test_plan_arithmetic_matches_its_formula():
     assert shared.actor_pss_mb == pytest.approx(per_actor + 500 / 5)  # 4 actors + the store
     assert shared.node_mb == pytest.approx(RAY_DAEMONS_MB + 300 + 4 * per_actor + 500)
     sending = Footprint(600.0, 500.0, 4.0, 20.0, message_mb=2.0)
+    # every client's payloads in flight in the store, and (no graph given) each client's
+    # inbox what it sent: 25 × 2 MB per actor
     assert plan_memory(sending, groups, True, None, 300.0, "causal_lm").node_mb == \
-        pytest.approx(shared.node_mb + 100 * 2.0)  # every client's payloads in flight
+        pytest.approx(shared.node_mb + 100 * 2.0 + 4 * 25 * 2.0)
     assert plan_memory(sending, groups, True, None, 300.0, "causal_lm",
-                       store_mb=150.0).node_mb == pytest.approx(shared.node_mb + 150.0)
+                       store_mb=150.0).node_mb == pytest.approx(shared.node_mb + 150.0 + 200)
+    # a star: the server (client 0) hears from its 99 workers, each worker from the server
+    star = Footprint(600.0, 500.0, 4.0, 20.0, message_mb=2.0, edge_mb=2.0)
+    served = plan_memory(star, groups, True, None, 300.0, "causal_lm",
+                         degrees=[99] + [1] * 99)
+    assert served.inbox_mb == (99 + 24) * 2.0  # the server's actor: it and 24 workers
+    assert served.per_actor_mb == pytest.approx(per_actor + (99 + 24) * 2.0)
+    assert served.node_mb == pytest.approx(RAY_DAEMONS_MB + 300 + 4 * per_actor + 500
+                                           + (99 + 24 + 3 * 25) * 2.0 + 100 * 2.0)
     start = RAY_DAEMONS_MB + 300 + 500 + 4 * (runtime + 20) + 3 * 500
     assert shared.node_peak_mb == pytest.approx(max(shared.node_mb, start))
     own = plan_memory(f, groups, False, 10_000.0, driver_mb=300.0, model="mlp")
@@ -176,13 +216,17 @@ def test_a_run_too_big_for_the_node_is_one_line_and_writes_nothing(tmp_path, cap
 
 
 # ---------------------------------------------------------------- estimate vs measured
-@pytest.mark.parametrize("case", ["digits", "lora"])
-def test_the_estimate_is_within_15_percent_of_each_actors_measured_memory(
-        tmp_path, ray_session, case):
+@pytest.mark.parametrize(("case", "tolerance"), [("digits", 0.15), ("star", 0.25),
+                                                 ("lora", 0.15)])
+def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
+        tmp_path, ray_session, case, tolerance):
     """The proportional set size of every actor after three rounds against the plan's
-    ``actor_pss_mb``: a digits MLP large enough that its clients show (2 × 16 clients of
+    estimate for it: a digits MLP large enough that its clients show (2 × 16 clients of
     0.9 M parameters with SGD momentum, each sending its model to 2 neighbours: ~24 MB per
-    client) and tiny-llama with LoRA, its base shared."""
+    client); FedAvg on a star of 32 workers, whose server's actor decodes 32 models a
+    round (105 MB) where the other decodes 16 (the object-store pages of the 32 models it
+    puts and fetches are not modelled: 25 %; without the graph's degrees the server's
+    actor was estimated a third under); and tiny-llama with LoRA, its base shared."""
     from decent.platform.ray_backend.backend import RayBackend
 
     if case == "digits":
@@ -190,21 +234,26 @@ def test_the_estimate_is_within_15_percent_of_each_actors_measured_memory(
                    strategy={"name": "dsgd", "local_steps": 1, "batch_size": 8, "lr": 0.01,
                              "momentum": 0.9},
                    model={"name": "mlp", "hidden": [1024, 768]})
+    elif case == "star":
+        cfg = tiny(tmp_path, topology={"name": "star", "n": 33},
+                   strategy={"name": "fedavg", "local_steps": 1, "batch_size": 8, "lr": 0.01},
+                   model={"name": "mlp", "hidden": [1024, 768]})
     else:
         cfg = lora_lm(tmp_path, n=8)
     cfg = from_dict({**cfg, "backend": "ray", "eval": {"every": 0, "per_client": False},
-                     "ray": {"clients_per_actor": cfg["topology"]["n"] // 2}})
+                     "ray": {"clients_per_actor": -(-cfg["topology"]["n"] // 2)}})
     backend = RayBackend(cfg)
     try:
         for r in range(3):
             backend.run_round(r)
         measured = [m["pss"] for m in ray_session.get([a.memory_mb.remote()
                                                        for a in backend.actors])]
-        estimate = backend.memory.actor_pss_mb
+        estimates = backend.memory.actors_pss_mb
     finally:
         backend.close()
-    for rss in measured:  # measured PSS
-        assert abs(rss - estimate) <= 0.15 * rss, (measured, estimate)
+    assert backend.memory.actor_pss_mb == max(estimates)
+    for pss, estimate in zip(measured, estimates, strict=True):
+        assert abs(pss - estimate) <= tolerance * pss, (measured, estimates)
 
 
 # ---------------------------------------------------------------- sweeps

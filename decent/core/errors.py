@@ -15,6 +15,10 @@ class ConfigError(ValueError):
         self.message = message
         super().__init__(f"{field}: {message}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # pickled whole, so it crosses process boundaries (a probe process, a Ray worker)
+        return ConfigError, (self.field, self.message)
+
 
 class StrategyError(RuntimeError):
     """A strategy broke the platform's contract (e.g. sent along a non-edge).

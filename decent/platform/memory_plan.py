@@ -30,8 +30,12 @@ import dataclasses
 import gc
 import math
 import os
+import pickle
 import resource
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +72,10 @@ class Footprint:
 
     model_mb: float  # every parameter and buffer, once
     frozen_mb: float  # of which the frozen weights one machine can share
-    per_client_mb: float  # the largest probed client: private tensors, state, data, inbox
+    per_client_mb: float  # the largest probed client: private tensors, state, data
     data_mb: float  # the task's data every process holds
     message_mb: float = 0.0  # the most one probed client sent in the first phase
+    edge_mb: float = 0.0  # the largest payload one probed client sent one neighbour
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class MemoryPlan:
     node_mb: float  # the node once every actor has started
     node_peak_mb: float  # the node's peak: the steady state or the start, if larger
     available_mb: float | None  # None: unknown (the node's size could not be read)
+    inbox_mb: float = 0.0  # the largest actor's inbox: what its clients receive in a phase
+    actors_pss_mb: tuple[float, ...] = ()  # ``actor_pss_mb`` of each actor, in order
 
     def describe(self) -> str:
         f = self.footprint
@@ -96,7 +103,8 @@ class MemoryPlan:
         avail = "" if self.available_mb is None else f" of {self.available_mb:.0f} MB"
         return (f"memory plan: {self.actors} actor(s) × ≤{self.clients_per_actor} clients, "
                 f"~{self.per_actor_mb:.0f} MB per actor (runtime {self.runtime_mb:.0f} + "
-                f"data {f.data_mb:.0f} + {model} + {f.per_client_mb:.2f} MB per client); "
+                f"data {f.data_mb:.0f} + {model} + {f.per_client_mb:.2f} MB per client + "
+                f"inbox {self.inbox_mb:.0f} MB); "
                 f"node ~{self.node_mb:.0f} MB, peak ~{self.node_peak_mb:.0f} MB{avail}")
 
 
@@ -171,8 +179,11 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
         first = group.strategy.phases(0)[0]
         sent, _ = group.run_phase(0, 0, first, {})
         out = dict.fromkeys(cids, 0)
+        edge = 0
         for msg in sent:
-            out[msg.src] += storage_bytes(tensors_in(msg.payload), set())[0]
+            size = storage_bytes(tensors_in(msg.payload), set())[0]
+            out[msg.src] += size
+            edge = max(edge, size)
         del sent
         base = {t.untyped_storage().data_ptr() for t in tensors_in(group.base_model)}
         base.update(t.untyped_storage().data_ptr()
@@ -195,16 +206,53 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
                                                  for g in o.param_groups for p in g["params"])
                         for o in reachable(client.state)
                         if isinstance(o, torch.optim.Optimizer) and not o.state)
-            # a phase's inbox, decoded from the object store: about what it sends (the
-            # payloads it sends are the object store's, counted with the node)
-            per_client = max(per_client, own + slots + out[cid])
+            # its inbox is counted per actor, from the graph (plan_memory); the payloads it
+            # sends wait in the object store, counted with the node
+            per_client = max(per_client, own + slots)
         data = task + shared
     finally:
         del group
         gc.collect()
         release_freed_memory()
     return Footprint(model / MB, frozen / MB, per_client / MB, data / MB,
-                     max(out.values()) / MB)
+                     max(out.values()) / MB, edge / MB)
+
+
+def probe_apart(cfg: RunConfig) -> Footprint:
+    """:func:`probe` in a fresh Python process that exits after it, for a language model:
+    the driver then never imports transformers and peft nor keeps the heap the model's
+    build leaves behind (~230 MB of a SmolLM2 run's driver, in PSS). A plain subprocess
+    rather than multiprocessing's spawn, which re-runs the caller's script when it has no
+    ``__main__`` guard. A user error in the probe (a ConfigError) is raised here."""
+    with tempfile.TemporaryDirectory(prefix="decent-probe-") as folder:
+        box = Path(folder) / "box.pkl"
+        box.write_bytes(pickle.dumps(cfg))
+        done = subprocess.run([sys.executable, "-c", "import sys; from decent.platform."
+                               "memory_plan import probe_box; probe_box(sys.argv[1])",
+                               str(box)], check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the memory probe process exited with {done.returncode}")
+        got = pickle.loads(box.read_bytes())
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def probe_box(path: str) -> None:
+    """The probe process: read the config from ``path``, write back the footprint (or the
+    error that stopped it)."""
+    from decent.platform.plan import build_plan
+
+    cfg = pickle.loads(Path(path).read_bytes())
+    try:
+        got: Any = probe(cfg, build_plan(cfg))
+    except Exception as exc:  # the caller raises it
+        got = exc
+    try:
+        data = pickle.dumps(got)
+    except Exception:  # an error that does not pickle: its type and text do
+        data = pickle.dumps(RuntimeError(f"{type(got).__name__}: {got}"))
+    Path(path).write_bytes(data)
 
 
 def release_freed_memory() -> None:
@@ -216,25 +264,39 @@ def release_freed_memory() -> None:
 
 def plan_memory(footprint: Footprint, groups: list[list[int]], shared: bool,
                 available_mb: float | None, driver_mb: float, model: str,
-                on_gpu: bool = False, store_mb: float = math.inf) -> MemoryPlan:
+                on_gpu: bool = False, store_mb: float = math.inf,
+                degrees: Sequence[int] | None = None) -> MemoryPlan:
     """Per-actor and per-node estimates for ``groups`` (one list of clients per actor),
     with the driver at ``driver_mb``; ``model`` is the model's registry name. A phase's
-    payloads wait in the object store (at most ``store_mb``)."""
+    payloads wait in the object store (at most ``store_mb``). A client's inbox, decoded
+    from the store, is its number of neighbours (``degrees``, by client) times the largest
+    payload sent one neighbour: a star's server hears from every worker. Without
+    ``degrees`` a client is taken to receive what it sends."""
     f = footprint
     k = max(len(g) for g in groups)
     runtime = ACTOR_RUNTIME_MB + (LM_LIBRARIES_MB if model in LM_MODELS else 0.0)
     own_model = f.model_mb - (f.frozen_mb if shared else 0.0)
+
+    def inbox(group: list[int]) -> float:
+        if degrees is None:
+            return len(group) * f.message_mb
+        return sum(degrees[c] for c in group) * f.edge_mb
+
     # on a GPU the model and the clients' tensors live in device memory
-    per_actor = runtime + f.data_mb + (0.0 if on_gpu else own_model + k * f.per_client_mb)
+    actor_mb = [runtime + f.data_mb + (0.0 if on_gpu else own_model + len(g) * f.per_client_mb
+                                       + inbox(g)) for g in groups]
+    per_actor = max(actor_mb)
     copy = f.frozen_mb if shared else 0.0
     actors = len(groups)
     in_flight = min(store_mb, sum(map(len, groups)) * f.message_mb)
-    node = RAY_DAEMONS_MB + driver_mb + actors * per_actor + copy + in_flight
+    node = RAY_DAEMONS_MB + driver_mb + sum(actor_mb) + copy + in_flight
     # starting: the first actor has switched to the copy; the others hold what they built
     start = RAY_DAEMONS_MB + driver_mb + copy + actors * (runtime + f.data_mb) + \
         (actors - 1) * f.frozen_mb if shared else 0.0
-    return MemoryPlan(actors, k, f, shared, runtime, per_actor,
-                      per_actor + copy / (actors + 1), node, max(node, start), available_mb)
+    share = copy / (actors + 1)  # of the copy every actor and the object store map
+    return MemoryPlan(actors, k, f, shared, runtime, per_actor, per_actor + share, node,
+                      max(node, start), available_mb, max(inbox(g) for g in groups),
+                      tuple(mb + share for mb in actor_mb))
 
 
 def check_fits(mem: MemoryPlan, n: int,

@@ -33,6 +33,7 @@ from decent.platform.memory_plan import (
     check_fits,
     plan_memory,
     probe,
+    probe_apart,
     process_memory_mb,
 )
 from decent.platform.placement import actor_slots, balanced, placement
@@ -153,7 +154,7 @@ class RayBackend:
         self.memory: MemoryPlan | None = None  # None: ray.memory_plan=false
         if rc.memory_plan and cfg.model.name in FROZEN_WEIGHT_MODELS:
             # the object store must hold the one shared copy: size it from the probe
-            footprint = probe(cfg, plan)
+            footprint = probe_apart(cfg)
             if rc.share_frozen:
                 store_mb = max(store_mb, math.ceil(footprint.frozen_mb * 1.1) + 128)
             self.started_ray = connect(rc, store_mb)
@@ -169,13 +170,16 @@ class RayBackend:
         if footprint is not None:
             node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())
             driver_mb = process_memory_mb()["pss"]
+            graph = plan.topology.round_graph(0)
+            degrees = [graph.degree(c) for c in range(cfg.n)]
 
             def replan(groups: list[list[int]]) -> MemoryPlan:
                 assert footprint is not None
                 return plan_memory(footprint, groups, shares_frozen_weights(cfg, len(groups)),
                                    node_mb, driver_mb, cfg.model.name,
                                    on_gpu=rc.num_gpus_per_actor > 0,
-                                   store_mb=store_mb if self.started_ray else math.inf)
+                                   store_mb=store_mb if self.started_ray else math.inf,
+                                   degrees=degrees)
 
             self.memory = replan(self.groups)
             print(self.memory.describe(), flush=True)
