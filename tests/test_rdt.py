@@ -97,10 +97,10 @@ class Watches(WrapsBackend):
         hand_overs = backend.direct.hand_overs
 
         def counting(*args):
-            inbox, refs = hand_overs(*args)
+            refs = hand_overs(*args)
             self.hand_overs += len(refs)
             self.most_per_call = max(self.most_per_call, len(refs))
-            return inbox, refs
+            return refs
 
         backend.direct.hand_overs = counting
 
@@ -156,10 +156,10 @@ def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypa
     cfg = over_rdt(base)
     fetch, fetched = direct.DirectPayloads.fetch, []
 
-    def counting(self, actors, messages, dead):
-        fetched.extend(m for msgs in messages.values() for m in msgs
+    def counting(self, actors, *queues):
+        fetched.extend(m for queue in queues for msgs in queue.values() for m in msgs
                        if isinstance(m.payload, Held))
-        return fetch(self, actors, messages, dead)
+        return fetch(self, actors, *queues)
 
     monkeypatch.setattr(direct.DirectPayloads, "fetch", counting)
     on_ray = run(cfg)

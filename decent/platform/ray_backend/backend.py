@@ -280,15 +280,12 @@ class RayBackend:
                      inboxes: dict[int, dict[int, list[Message]]],
                      members: Any) -> dict[int, ray.ObjectRef]:
         """One ``run_phase`` call per live actor, with its inbox bundle; over RDT, every
-        hand-over it needs is submitted first, and its bundle drops messages whose payload
-        died with its actor."""
+        hand-over it needs is submitted first."""
         if self.direct is None:
             return {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
                     for i, inbox in inboxes.items()}
-        handed = {}
-        for i in inboxes:
-            inboxes[i], handed[i] = self.direct.hand_overs(self.actors, i, inboxes[i],
-                                                           self.dead)
+        handed = {i: self.direct.hand_overs(self.actors, i, inbox)
+                  for i, inbox in inboxes.items()}
         return {i: self.actors[i].run_phase_direct.remote(
                     round_, step, phase, inbox, members, self.direct.release(i), *handed[i])
                 for i, inbox in inboxes.items()}
@@ -352,8 +349,8 @@ class RayBackend:
         # messages in flight, their payloads fetched and decoded to CPU tensors
         router = self.router.save()
         if self.direct is not None:  # payloads kept by their senders' actors
-            router["ready"] = self.direct.fetch(self.actors, router["ready"], self.dead)
-            router["later"] = self.direct.fetch(self.actors, router["later"], self.dead)
+            router["ready"], router["later"] = self.direct.fetch(
+                self.actors, router["ready"], router["later"])
         cpu = torch.device("cpu")
         router["ready"] = {cid: msgs for cid, msgs in
                            transport.receive(router["ready"], cpu).items() if msgs}

@@ -126,7 +126,6 @@ class ClientHost:
         self.group.load(clients, process)
 
 
-
 ClientActor = ray.remote(ClientHost)
 # Ray Direct Transport needs the option on the actor class itself, not on an instance;
 # it also moves the actor's calls off the process's main thread, so only runs that ask

@@ -15,7 +15,8 @@ must be a top-level argument of a call made by the process that created the grou
 
 The driver also decides when a kept payload may go: after each phase, any key no message
 in flight refers to any more (delivered, dropped by a fault, cut by a partition) is
-released at its actor's next call. A payload kept by an actor that died dies with it.
+released at its actor's next call. An actor's death ends this: the payloads it kept die
+with it, so the run goes back to its checkpoint with fresh actors and a fresh group.
 """
 
 from __future__ import annotations
@@ -62,24 +63,14 @@ class DirectPayloads:
     def path(self) -> str:
         return f"rdt {self.transport}"
 
-    def hand_overs(self, actors: list[Any], receiver: int, inbox: dict[int, list[Message]],
-                   dead: set[int]) -> tuple[dict[int, list[Message]], list[ray.ObjectRef]]:
-        """``receiver``'s inbox bundle without messages whose payload died with its actor,
-        and one RDT reference per other actor holding payloads the bundle needs."""
-        need: dict[int, set[int]] = defaultdict(set)
-        kept_inbox: dict[int, list[Message]] = {}
-        for cid, msgs in inbox.items():
-            kept_inbox[cid] = []
-            for msg in msgs:
-                if isinstance(msg.payload, Held):
-                    if msg.payload.actor in dead:
-                        continue
-                    if msg.payload.actor != receiver:
-                        need[msg.payload.actor].add(msg.payload.key)
-                kept_inbox[cid].append(msg)
-        refs = [actors[sender].hand_over.options(tensor_transport=self.transport)
+    def hand_overs(self, actors: list[Any], receiver: int,
+                   inbox: dict[int, list[Message]]) -> list[ray.ObjectRef]:
+        """One RDT reference per other actor holding payloads ``receiver``'s inbox bundle
+        needs."""
+        need = held_keys(m for msgs in inbox.values() for m in msgs)
+        need.pop(receiver, None)  # its own: handed over in the process
+        return [actors[sender].hand_over.options(tensor_transport=self.transport)
                 .remote(sorted(keys)) for sender, keys in sorted(need.items())]
-        return kept_inbox, refs
 
     def posted(self, actor: int, messages: Iterable[Message]) -> None:
         """Record the keys ``actor`` kept for the messages it just sent."""
@@ -87,10 +78,7 @@ class DirectPayloads:
 
     def settle(self, in_flight: Iterable[Message]) -> None:
         """After a phase: every kept key no message in flight refers to is released."""
-        live: dict[int, set[int]] = defaultdict(set)
-        for msg in in_flight:
-            if isinstance(msg.payload, Held):
-                live[msg.payload.actor].add(msg.payload.key)
+        live = held_keys(in_flight)
         for actor, keys in self.kept.items():
             gone = keys - live[actor]
             if gone:
@@ -101,24 +89,18 @@ class DirectPayloads:
         """The keys ``actor`` drops at this call (and forgets)."""
         return self.releases.pop(actor, [])
 
-    def fetch(self, actors: list[Any], messages: dict[Any, list[Message]],
-              dead: set[int]) -> dict[Any, list[Message]]:
-        """``messages`` with every kept payload fetched through the object store (encoded
-        arrays), for a checkpoint; those whose actor died are left out."""
-        want: dict[int, set[int]] = defaultdict(set)
-        for msgs in messages.values():
-            for m in msgs:
-                if isinstance(m.payload, Held) and m.payload.actor not in dead:
-                    want[m.payload.actor].add(m.payload.key)
-        got = {(actor, key): payload
-               for actor, part in zip(want, ray.get([actors[a].held_payloads.remote(
-                   sorted(keys)) for a, keys in want.items()]), strict=True)
+    def fetch(self, actors: list[Any], *queues: dict[Any, list[Message]]
+              ) -> list[dict[Any, list[Message]]]:
+        """``queues`` of messages with every kept payload fetched through the object store
+        (encoded arrays, one call per actor holding some), for a checkpoint."""
+        want = held_keys(m for queue in queues for msgs in queue.values() for m in msgs)
+        parts = ray.get([actors[a].held_payloads.remote(sorted(keys))
+                         for a, keys in want.items()])
+        got = {(a, key): payload for a, part in zip(want, parts, strict=True)
                for key, payload in part.items()}
-        return {k: [replace(m, payload=got[(m.payload.actor, m.payload.key)])
-                    if isinstance(m.payload, Held) else m
-                    for m in msgs if not (isinstance(m.payload, Held)
-                                          and m.payload.actor in dead)]
-                for k, msgs in messages.items()}
+        return [{k: [replace(m, payload=got[(m.payload.actor, m.payload.key)])
+                     if isinstance(m.payload, Held) else m for m in msgs]
+                 for k, msgs in queue.items()} for queue in queues]
 
     def close(self) -> None:
         from ray.experimental.collective import destroy_collective_group
@@ -126,3 +108,12 @@ class DirectPayloads:
         # fails only when the actors are gone already: nothing left to tear down then
         with contextlib.suppress(Exception):
             destroy_collective_group(self.group)
+
+
+def held_keys(messages: Iterable[Message]) -> dict[int, set[int]]:
+    """The kept payloads ``messages`` refer to: keys by the actor keeping them."""
+    keys: dict[int, set[int]] = defaultdict(set)
+    for msg in messages:
+        if isinstance(msg.payload, Held):
+            keys[msg.payload.actor].add(msg.payload.key)
+    return keys
