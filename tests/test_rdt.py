@@ -91,13 +91,20 @@ class Watches(WrapsBackend):
         super().__init__(backend, -1)
         self.hand_overs = 0
         self.most_per_call = 0
+        # per call: the receiving actor and, per actor holding payloads it needs, how many
+        self.calls: list[tuple[int, dict[int, int]]] = []
         self.kept: dict[int, list[int]] = {}
         self.needed: dict[int, list[int]] = {}
         self.dropping: dict[int, list[int]] = {}
         hand_overs = backend.direct.hand_overs
 
-        def counting(*args):
-            refs = hand_overs(*args)
+        def counting(actors, receiver, inbox):
+            keys: dict[int, set[int]] = {}
+            for msg in (m for msgs in inbox.values() for m in msgs):
+                if isinstance(msg.payload, Held) and msg.payload.actor != receiver:
+                    keys.setdefault(msg.payload.actor, set()).add(msg.payload.key)
+            self.calls.append((receiver, {a: len(k) for a, k in keys.items()}))
+            refs = hand_overs(actors, receiver, inbox)
             self.hand_overs += len(refs)
             self.most_per_call = max(self.most_per_call, len(refs))
             return refs
@@ -147,6 +154,22 @@ def test_payloads_over_gloo_are_the_local_run_bit_for_bit(tmp_path, ray_session)
     for a, kept in watched.kept.items():
         assert set(kept) == needed.get(a, set()) | set(watched.dropping.get(a, []))
         assert not needed.get(a, set()) & set(watched.dropping.get(a, []))
+
+
+def test_each_actor_takes_one_model_from_each_neighbouring_actor_per_gossip(
+        tmp_path, ray_session):
+    """No faults: DSGD's models, sent in its local phase, arrive in its gossip phase.
+    Actor k hosts clients 2k and 2k + 1 of the ring of 6 and hears from client 2k − 1
+    (actor k − 1) and client 2k + 2 (actor k + 1): one hand-over from each, of one payload
+    (a client's one model object, sent to both its neighbours, kept once)."""
+    base = tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 6}, model=BIG)
+    cfg = over_rdt(base)
+    watched = Watches(make_backend(cfg))
+    run(cfg, watched)
+    expected = [(k, {(k - 1) % 3: 1, (k + 1) % 3: 1}) for _ in range(3) for k in range(3)]
+    assert [call for call in watched.calls if call[1]] == expected
+    assert len(watched.calls) == 3 * 2 * 3  # every actor, both phases, every round
+    assert watched.hand_overs == 3 * 3 * 2
 
 
 def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypatch):
