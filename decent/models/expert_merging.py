@@ -4,11 +4,19 @@ Within one MoE layer, expert e's neighbours are the K other experts whose flatte
 projections are most similar to its own by cosine similarity; every expert is then moved
 towards them by task arithmetic, all from the pre-merge values:
 
-    E_e ← E_e + α Σ_{k ∈ TopK(e)} (E_k − E_e)        (or α/K · Σ …, ``normalise``)
+    E_e ← E_e + α · mean_{k ∈ TopK(e)} (E_k − E_e)        (``task_vectors: mean``)
+    E_e ← E_e + α · Σ_{k ∈ TopK(e)} (E_k − E_e)           (``task_vectors: sum``)
 
-The input projection of a SwiGLU expert is what multiplies its input: the gate and up
-projections, concatenated (transformers' fused ``gate_up_proj``). Ties in similarity go to
-the lower expert index, so the choice is deterministic.
+The paper's equations were lost from its text; the authors' released server code settles
+the form (zjr2000/SPES, ``spes/spes/spes_server_knowledge_transfer.py``,
+``merge_experts_task_vector_topk_cosine_w1_per_layer``): similarity of the gate projection
+``w1`` alone, per layer, and the **mean** of the K task vectors, applied to every parameter
+of the expert. ``sum`` (K times the step) is kept as an option; it is not the authors'.
+
+The input projection of a SwiGLU expert is what multiplies its input: the gate projection
+(the authors' ``w1``, transformers' ``gate_proj``) and the up projection (``v1`` /
+``up_proj``); ``similarity: gate_up`` concatenates both. Ties in similarity go to the
+lower expert index, so the choice is deterministic.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from __future__ import annotations
 import torch
 
 from decent.models.experts import SplitExperts
+
+TASK_VECTORS = ("mean", "sum")
+SIMILARITY = ("gate", "gate_up")
 
 
 def most_similar(projections: torch.Tensor, k: int) -> torch.Tensor:
@@ -30,26 +41,30 @@ def most_similar(projections: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def merged(weights: torch.Tensor, neighbours: torch.Tensor, alpha: float,
-           normalise: bool) -> torch.Tensor:
+           task_vectors: str = "mean") -> torch.Tensor:
     """``weights``: one tensor per expert stacked on dim 0; every expert moved towards its
     ``neighbours`` (from :func:`most_similar`) from the pre-merge values."""
-    pull = (weights[neighbours] - weights.unsqueeze(1)).sum(dim=1)  # Σ_k (E_k − E_e)
-    scale = alpha / neighbours.shape[1] if normalise else alpha
-    return weights + scale * pull
+    vectors = weights[neighbours] - weights.unsqueeze(1)  # E_k − E_e, experts × K × …
+    pull = vectors.mean(dim=1) if task_vectors == "mean" else vectors.sum(dim=1)
+    return weights + alpha * pull
 
 
-def input_projection(expert: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([expert.gate_proj.weight.reshape(-1), expert.up_proj.weight.reshape(-1)])
+def input_projection(expert: torch.nn.Module, similarity: str = "gate") -> torch.Tensor:
+    gate = expert.gate_proj.weight.reshape(-1)
+    if similarity == "gate":
+        return gate
+    return torch.cat([gate, expert.up_proj.weight.reshape(-1)])
 
 
 @torch.no_grad()
-def merge_layer(layer: SplitExperts, k: int, alpha: float, normalise: bool) -> torch.Tensor:
+def merge_layer(layer: SplitExperts, k: int, alpha: float, task_vectors: str = "mean",
+                similarity: str = "gate") -> torch.Tensor:
     """Merge one layer's experts in place; the neighbour indices used (experts × k)."""
-    neighbours = most_similar(torch.stack([input_projection(e) for e in layer]), k)
+    neighbours = most_similar(torch.stack([input_projection(e, similarity) for e in layer]), k)
     names = [name for name, _ in layer[0].named_parameters()]
     for name in names:
         live = [dict(expert.named_parameters())[name] for expert in layer]
-        new = merged(torch.stack([p.detach() for p in live]), neighbours, alpha, normalise)
+        new = merged(torch.stack([p.detach() for p in live]), neighbours, alpha, task_vectors)
         for p, value in zip(live, new, strict=True):
             p.copy_(value)
     return neighbours

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive
+from decent.models.output_logits import OutputLogits
 from decent.models.router_losses import RouterLogits, RouterLossConfig
 from decent.strategies.base import Client
 from decent.tasks.base import Task
@@ -59,12 +61,24 @@ class LocalTrainingConfig:
     optimizer: str = one_of(OPTIMIZERS, "sgd")
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
+    betas: list[float] = in_range([0.9, 0.999], 0, 1, hi_open=True, each=True)  # AdamW's
     weight_decay: float = at_least(0, 0.0)
+    # clip the gradient's global norm (over every trainable tensor) to this before each
+    # inner step (torch.nn.utils.clip_grad_norm_); 0: no clipping
+    grad_clip: float = at_least(0, 0.0)
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
     # MoE models: the router's load-balancing and z-loss terms (ignored by dense models)
     router_loss: RouterLossConfig = field(default_factory=RouterLossConfig)
+    # language models: coefficient of the output-logit z-loss, mean log²Z over the positions
+    # that predict a token (PaLM's 1e-4; SPES's released configs 1e-5); ignored by models
+    # without an output embedding
+    logit_z_loss: float = at_least(0, 0.0)
 
     def validate(self, prefix: str = "strategy") -> None:
+        if len(self.betas) != 2:
+            raise ConfigError(f"{prefix}.betas",
+                              f"AdamW's (β1, β2): give two values, e.g. [0.9, 0.95] "
+                              f"(got {list(self.betas)})")
         if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
                 f"{prefix}.momentum",
@@ -76,7 +90,8 @@ class LocalTrainingConfig:
 def make_optimizer(model: torch.nn.Module, cfg: LocalTrainingConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]),
+                                 weight_decay=cfg.weight_decay)
     return torch.optim.SGD(
         params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
     )
@@ -93,36 +108,50 @@ def local_steps(
 ) -> float:
     """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
     generator; the mean training loss. The steps are charged to the client's compute
-    time (:meth:`Client.count_steps`). With ``cfg`` given and its ``lr_schedule`` active,
-    step i of round ``round_`` runs at lr · factor(round_ · steps + i); with its
+    time (:meth:`Client.count_steps`). With ``cfg`` given: step i of round ``round_`` runs
+    at lr · factor(round_ · steps + i) when its ``lr_schedule`` is active; with its
     ``router_loss`` on and an MoE model, each step minimises the task loss plus the router
-    terms, whose means are recorded as the client's ``balance_loss`` and ``z_loss`` (the
-    returned mean is the task loss alone)."""
+    terms, whose means are recorded as the client's ``balance_loss`` and ``z_loss``; with
+    ``logit_z_loss`` on and a language model, plus that coefficient times the output-logit
+    z-loss (recorded as ``logit_z_loss``); with ``grad_clip`` on, the gradient's global norm
+    is clipped before each step (the mean norm before clipping is recorded as
+    ``grad_norm``). The returned mean is the task loss alone."""
     model, data, generator = client.model, client.data, client.generator
     client.count_steps(steps)
     model.train()
     schedule = cfg.lr_schedule if cfg is not None and cfg.lr_schedule.active else None
     router = cfg.router_loss if cfg is not None and cfg.router_loss.active else None
-    # the routers are found once; a dense model has none and trains on the task loss
+    # the routers and the LM head are found once; a dense model has no router, a
+    # classifier no LM head, and those terms then cost nothing
     capture = RouterLogits(model) if router is not None else None
     if capture is not None and not capture.found:
         capture = None
-    total, balance, z = 0.0, 0.0, 0.0
+    z_out = cfg.logit_z_loss if cfg is not None else 0.0
+    head = OutputLogits(model) if z_out > 0 else None
+    if head is not None and not head.found:
+        head = None
+    clip = cfg.grad_clip if cfg is not None else 0.0
+    trainable = [p for p in model.parameters() if p.requires_grad] if clip > 0 else []
+    total, balance, z, logit_z, norm = 0.0, 0.0, 0.0, 0.0, 0.0
     for i in range(steps):
         if schedule is not None:
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr * schedule.factor(round_ * steps + i)  # type: ignore[union-attr]
         batch = data.sample(batch_size, generator)
         optimizer.zero_grad(set_to_none=True)
-        if capture is None:
+        with capture or nullcontext(), head or nullcontext():
             loss = objective = task.loss(model, batch)
-        else:
-            with capture:
-                loss = task.loss(model, batch)
+        if capture is not None:
             b, zl = capture.balance_loss(), capture.z_loss()
-            objective = loss + router.balance * b + router.z * zl  # type: ignore[union-attr]
+            objective = objective + router.balance * b + router.z * zl  # type: ignore[union-attr]
             balance, z = balance + float(b.detach()), z + float(zl.detach())
+        if head is not None:
+            zo = head.z_loss()
+            objective = objective + z_out * zo
+            logit_z += float(zo.detach())
         objective.backward()
+        if clip > 0:
+            norm += float(torch.nn.utils.clip_grad_norm_(trainable, clip))
         optimizer.step()
         total += float(loss.detach())
     if capture is not None:
@@ -130,4 +159,8 @@ def local_steps(
             client.stats["balance_loss"] = balance / steps
         if router.z > 0:  # type: ignore[union-attr]
             client.stats["z_loss"] = z / steps
+    if head is not None:
+        client.stats["logit_z_loss"] = logit_z / steps
+    if clip > 0:
+        client.stats["grad_norm"] = norm / steps
     return total / steps

@@ -8,19 +8,20 @@ to the same worker). Round r:
   1. worker i starts from the global model and runs H inner AdamW steps on its data,
      updating φ and its own experts P_i only: every other expert is frozen — no gradient,
      no optimiser state — and held once per process for all the workers it hosts;
-     the loss is cross-entropy + balance · load-balancing loss + z · router z-loss;
+     the loss is cross-entropy + balance · load-balancing loss + z · router z-loss
+     + logit_z · output-logit z-loss, the gradient clipped to norm grad_clip;
   2. worker i uploads Δφ_i = φ − φ_i and its experts {E_e : e ∈ P_i}      (never the rest);
   3. the server sets the mean Δφ as the gradient of φ for one outer SGD step (lr 1:
      φ ← mean φ_i; Nesterov optional) and assigns E_e ← E_e of its owner;
   4. expert-merging warm-up: after the sync that ends inner step t = (r + 1)·H, if
-     t < T_w and M divides t, every layer's experts are merged with their top-K most
-     similar peers, E_e ← E_e + α_t Σ_{k∈TopK(e)} (E_k − E_e), α_t = α_0 (1 − t/T_w)
-     (:mod:`decent.models.expert_merging`);
+     t < T_w and M divides t, every layer's experts are merged with the top-K peers whose
+     gate projections are most cosine-similar,
+     E_e ← E_e + α_t · mean_{k∈TopK(e)} (E_k − E_e), α_t = α_0 (1 − t/T_w)
+     (:mod:`decent.models.expert_merging`, as the authors' released server code);
   5. the server broadcasts the global model (φ and every expert).
 
 Bytes per round: up 4·(|φ| + |P_i|) per worker, down 4·d per worker; DiLoCo moves 4·d both
-ways. Defaults are the paper's: AdamW (here lr 4e-4, weight decay 0.1 as DiLoCo's),
-T_w = 12 500, M = 500, α_0 = 0.1, K = 4, and OLMoE's router coefficients (0.01, 0.001).
+ways. Defaults are the paper's and its released config's (:class:`SPESConfig`).
 
 The frozen experts of a process's workers are the global model's: one copy per version
 of the global model some hosted worker still holds (one version, unless a fault kept a
@@ -40,13 +41,18 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models import params
-from decent.models.expert_merging import merge_layer
+from decent.models.expert_merging import SIMILARITY, TASK_VECTORS, merge_layer
 from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
 from decent.models.router_losses import RouterLossConfig
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.fedavg import SERVER, OuterStepConfig, ServerStar, outer_optimizer
 from decent.strategies.gossip import newest_per_neighbour
-from decent.strategies.local_training import OPTIMIZERS, local_steps, make_optimizer
+from decent.strategies.local_training import (
+    OPTIMIZERS,
+    LRScheduleConfig,
+    local_steps,
+    make_optimizer,
+)
 
 PARTITIONS = ("contiguous", "round_robin", "explicit")
 INITIAL = -1  # version key of the initial model's experts
@@ -54,11 +60,24 @@ INITIAL = -1  # version key of the initial model's experts
 
 @dataclass
 class SPESConfig(OuterStepConfig):
+    """Defaults are the paper's (Table A1, §4) and, where the text lost a value, the
+    authors' released 1 B config (zjr2000/SPES,
+    ``configs/spes_experiments/spes_moe_1b_slimpajama_100b_tokens_bsz256_4nodes/node_0.yaml``):
+    AdamW lr 5e-4, β = (0.9, 0.95), weight decay 0.1, gradient clipping 1.0, a 2 000-step
+    linear warm-up then cosine decay to 0.1 · lr over the run (``cosine_with_warmup``,
+    ``alpha_f: 0.1``), sync every 100 steps, the output-logit z-loss 1e-5 and OLMoE's
+    router coefficients (0.01, 0.001); merging T_w = 12 500, M = 500, α_0 = 0.1, K = 4."""
+
     name: str = "spes"
-    local_steps: int = at_least(1, 50)
+    local_steps: int = at_least(1, 100)
     optimizer: str = one_of(OPTIMIZERS, "adamw")
-    lr: float = positive(4e-4)
+    lr: float = positive(5e-4)
+    betas: list[float] = in_range([0.9, 0.95], 0, 1, hi_open=True, each=True)
     weight_decay: float = at_least(0, 0.1)
+    grad_clip: float = at_least(0, 1.0)
+    lr_schedule: LRScheduleConfig = field(default_factory=lambda: LRScheduleConfig(
+        name="cosine", warmup_steps=2000, min_lr_ratio=0.1))
+    logit_z_loss: float = at_least(0, 1e-5)
     # expert e → worker: contiguous blocks (e·N // E), round robin (e mod N), or the
     # client ids listed in expert_owner (one per expert index)
     partition: str = one_of(PARTITIONS, "contiguous")
@@ -67,7 +86,11 @@ class SPESConfig(OuterStepConfig):
     merge_every: int = at_least(1, 500)  # M, a multiple of local_steps
     merge_alpha: float = in_range(0.1, 0, 1)  # α_0
     merge_top_k: int = at_least(1, 4)  # K
-    merge_normalise: bool = False  # α/K · Σ instead of α · Σ
+    # α · mean of the K task vectors (the authors' code), or α · their sum (K times the
+    # step; not the authors')
+    merge_task_vectors: str = one_of(TASK_VECTORS, "mean")
+    # similarity of the gate projections (the authors' w1), or of gate ‖ up
+    merge_similarity: str = one_of(SIMILARITY, "gate")
     router_loss: RouterLossConfig = field(
         default_factory=lambda: RouterLossConfig(balance=0.01, z=0.001))
 
@@ -224,7 +247,8 @@ class SPES(ServerStar, Strategy[SPESState]):
         if alpha > 0:
             for layer in client.model.modules():
                 if isinstance(layer, SplitExperts):
-                    merge_layer(layer, self.cfg.merge_top_k, alpha, self.cfg.merge_normalise)
+                    merge_layer(layer, self.cfg.merge_top_k, alpha,
+                                self.cfg.merge_task_vectors, self.cfg.merge_similarity)
             client.stats["merge_alpha"] = alpha
         snapshot = {n: p.detach().clone() for n, p in live.items()}
         return self.to_neighbours(client, ctx, "global", snapshot)
