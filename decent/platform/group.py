@@ -119,9 +119,8 @@ class ClientGroup:
         self.fault_seed = fault_seed(cfg.faults, cfg.seed)
         self.attacks = {cid: Attack(cfg.faults.attack) for cid in plan.byzantine
                         if cid in self.cids}
-        self.clock = ComputeClock(cfg.compute, cfg.seed, self.cids,
-                                  sum(p.numel() for p in self.base_model.parameters()),
-                                  cfg.strategy)
+        self.clock = ComputeClock(cfg.compute, cfg.seed, self.cids, self.base_model,
+                                  self.task.model_spec(), cfg.strategy)
         holders = self.strategy.data_holders()
         shards = self.task.client_data(holders, device)
         self.clients: dict[int, Client] = {}

@@ -40,6 +40,7 @@ class LocalBackend:
         self.router = Router(plan.topology, self.strategy.name, plan.network, plan.wire_faults)
         self.membership = plan.membership
         self.layout: dict[str, Any] = {}  # nothing to record: one process
+        self.compute_charge = self.group.clock.record()
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
         members = None if self.membership is None else self.membership.at(round_)

@@ -29,6 +29,7 @@ from decent.platform.tracking import Tracker
 class Backend(Protocol):
     max_edge_bytes_total: int
     layout: dict[str, Any]  # how the run is laid out (Ray: actors), for the summary
+    compute_charge: dict[str, Any]  # the FLOPs per step the clock charged, for the summary
 
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
     def present(self, round_: int) -> list[int] | None: ...
@@ -247,6 +248,7 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
             summary["undeliverable_messages_total"] = sum(
                 r.get("undeliverable_messages", 0) for r in rows)
         summary.update(slot.backend.layout)
+        summary.update(slot.backend.compute_charge)
         if plan.byzantine:
             summary["byzantine_clients"] = plan.byzantine
             summary["attack"] = cfg.faults.attack.name

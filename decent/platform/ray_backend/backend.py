@@ -232,6 +232,7 @@ class RayBackend:
             "ray_payload_path": "object store" if self.direct is None else self.direct.path,
             "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
         }
+        self.compute_charge: dict[str, Any] = ray.get(self.actors[0].compute_charge.remote())
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.actors)) if i not in self.dead]

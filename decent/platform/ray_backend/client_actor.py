@@ -47,6 +47,10 @@ class ClientHost:
     def ready(self) -> bool:
         return True
 
+    def compute_charge(self) -> dict[str, Any]:
+        """The FLOPs per step its clock charges and their source (the same in every actor)."""
+        return self.group.clock.record()
+
     def frozen_weights(self) -> dict[str, transport.EncodedTensor]:
         """This process's frozen weights as arrays, for the object store (the caller owns
         the stored copy); empty when they cannot be shared."""
