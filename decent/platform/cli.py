@@ -48,7 +48,8 @@ def _report(args: argparse.Namespace) -> int:
     from decent.platform.report import report as make_report
 
     by = None if args.by is None else [k for k in args.by.split(",") if k]
-    folder = make_report(args.paths, args.metric, by, args.out, args.columns)
+    folder = make_report(args.paths, args.metric, by, args.out, args.columns, args.paired,
+                         args.at)
     print(f"report: {folder / 'report.md'}")
     return 0
 
@@ -158,6 +159,14 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--columns", help="a config key whose values become columns of a "
                    "second table of the final metric, the --by keys its rows (e.g. "
                    "faults.byzantine_fraction)")
+    o.add_argument("--paired", action="append", metavar="KEY=A,B",
+                   help="per-seed differences B − A of the metric between the runs with "
+                   "KEY=A and those with KEY=B, paired by seed within the --by groups "
+                   "(repeatable), e.g. strategy.name=fedavg,spes")
+    o.add_argument("--at", default="final", choices=("final", "bytes", "sim_time"),
+                   help="compare paired runs at their end (final), or at equal bytes or "
+                   "simulated time (the smaller budget of each pair; the other run's "
+                   "curve interpolated there)")
     o.add_argument("--out", help="output folder (default: <path>/report)")
     o.set_defaults(func=_report)
     c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")

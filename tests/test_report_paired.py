@@ -1,0 +1,84 @@
+"""``decent report --paired KEY=A,B``: per-seed differences between two arms, at the end of
+the runs and at an equal budget, on hand-made run records with known curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from decent.platform.cli import main
+from decent.platform.report import find_runs, paired, value_at
+
+
+def record(root: Path, name: str, strategy: dict, seed: int,
+           curve: list[tuple[float, float]]) -> None:
+    """A finished run: ``curve`` = (bytes_total, gmp_loss) at each evaluated round."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(
+        {"name": name, "seed": seed, "strategy": strategy, "topology": {"n": 5}}))
+    rows = [{"round": r, "bytes_total": b, "sim_time_total_s": b / 100, "gmp_loss": y}
+            for r, (b, y) in enumerate(curve)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps(
+        {"gmp_loss": curve[-1][1], "bytes_total": curve[-1][0], "max_edge_bytes_total": 1,
+         "sim_time_total_s": curve[-1][0] / 100}))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    # FedAvg sends 1000 bytes a round, SPES 600 (with and without warm-up)
+    for seed, shift in ((0, 0.0), (1, 0.1), (2, -0.05)):
+        record(tmp_path, f"fedavg-s{seed}", {"name": "fedavg"}, seed,
+               [(1000, 3.0 + shift), (2000, 2.6 + shift), (3000, 2.4 + shift)])
+        for warm, bonus in ((100, 0.02), (0, 0.0)):
+            record(tmp_path, f"spes-w{warm}-s{seed}",
+                   {"name": "spes", "merge_warmup_steps": warm}, seed,
+                   [(600, 3.1 + shift + bonus * seed), (1200, 2.8 + shift),
+                    (1800, 2.65 + shift + bonus * seed)])
+    return tmp_path
+
+
+def test_value_at_interpolates_linearly_and_never_extrapolates(runs):
+    (fedavg,) = [r for r in find_runs([str(runs)]) if r.path.name == "fedavg-s0"]
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 1800) == pytest.approx(2.6 + 0.4 * 0.2)
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 2000) == pytest.approx(2.6)
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 500) is None
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 3500) is None
+
+
+def test_paired_differences_at_the_end_and_at_equal_bytes(runs):
+    found = find_runs([str(runs)])
+    keys = ["strategy.name", "strategy.merge_warmup_steps"]
+    final = paired(found, keys, "strategy.name=fedavg,spes", "gmp_loss", "final")
+    # warm-up 100, per seed: (2.65 + 0.02·s) − 2.4 → +0.25, +0.27, +0.29: FedAvg ahead on all
+    assert "| strategy.merge_warmup_steps=100 | 3 |" in final
+    assert "s0: +0.25, s1: +0.27, s2: +0.29" in final and "| +0.27 ± 0.02 | 0/3 |" in final
+    at_bytes = paired(found, keys, "strategy.name=fedavg,spes", "gmp_loss", "bytes")
+    # at SPES's 1800 bytes FedAvg is at 2.68 + shift: SPES − FedAvg = −0.03 + 0.02·s
+    row = next(line for line in at_bytes.splitlines() if "merge_warmup_steps=100" in line)
+    assert "s0: -0.03, s1: -0.01, s2: +0.01" in row and "| 2/3 |" in row
+    assert row.rstrip().endswith("| 1800 |")
+    row0 = next(line for line in at_bytes.splitlines() if "merge_warmup_steps=0 |" in line)
+    assert "| -0.03 ± 0 | 3/3 |" in row0  # every seed −0.03: no spread
+
+
+def test_paired_on_the_command_line_and_bad_specs(runs, capsys):
+    out = runs / "rep"
+    assert main(["report", str(runs), "--metric", "gmp_loss", "--by",
+                 "strategy.name,strategy.merge_warmup_steps", "--paired",
+                 "strategy.merge_warmup_steps=0,100", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "Paired by seed: gmp_loss of strategy.merge_warmup_steps=100 minus" in text
+    assert "s0: +0, s1: +0.02, s2: +0.04" in text
+    for spec, says in (("strategy.name=fedavg", "KEY=A,B"),
+                       ("strategy.name=fedavg,diloco", "no run has strategy.name=diloco"),
+                       ("strategy.lr=1,2", "not a config key")):
+        assert main(["report", str(runs), "--metric", "gmp_loss", "--paired", spec,
+                     "--out", str(runs / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--paired" in err and says in err
+    assert not (runs / "bad").exists()
