@@ -1,6 +1,6 @@
-"""Combo's paper setting: the CIFAR-10 config's clock charges the CNN's real forward +
-backward FLOPs (counted on the model), which the run summary records; the digits
-stand-ins charge the same round."""
+"""Combo's paper setting: its defaults are the paper's (§5.1), the CIFAR-10 config's clock
+charges the CNN's real forward + backward FLOPs (counted on the model), which the run
+summary records, and the digits stand-ins charge the same round."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from decent.models.cnn import CNNConfig, build_cnn
 from decent.platform.compute import ComputeClock
 from decent.platform.config import from_dict, load_config
 from decent.platform.runner import run
+from decent.strategies.registry import STRATEGIES
 from tests.helpers import tiny
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments" / "combo"
@@ -53,6 +54,14 @@ CNN_FLOPS = 101_087_232  # per example, forward + backward
 def test_the_cnns_flops_per_example_two_ways():
     assert cnn_flops_per_example_closed_form() == CNN_FLOPS
     assert cnn_flops_per_example_counted() == CNN_FLOPS
+
+
+def test_combo_defaults_are_the_papers():
+    cfg = STRATEGIES.config({"name": "combo"})
+    # §5.1: lr 0.1, batch 128, 40 SGD updates between synchronisations; S = 10, R = 2
+    assert (cfg.local_steps, cfg.batch_size, cfg.lr) == (40, 128, 0.1)
+    assert (cfg.segments, cfg.replicas) == (10, 2)
+    assert cfg.optimizer == "sgd" and cfg.momentum == 0 and cfg.weight_decay == 0
 
 
 def test_cifar10_config_as_written_charges_the_cnns_round():

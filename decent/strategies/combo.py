@@ -49,7 +49,7 @@ import torch
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
-from decent.core.schema import at_least
+from decent.core.schema import at_least, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
@@ -61,7 +61,15 @@ CHUNK = 1 << 18  # values per float64 accumulation chunk (2 MiB)
 
 @dataclass
 class ComboConfig(LocalTrainingConfig):
+    """Defaults are the paper's (§5.1): 40 local SGD steps of batch 128 at lr 0.1 between
+    synchronisations, S = 10, R = 2. ``retries`` and ``wire_dtype`` are ours: the paper
+    re-sends a request to a gone peer without saying how often, and does not say in what
+    precision segments travel."""
+
     name: str = "combo"
+    local_steps: int = at_least(1, 40)  # τ
+    batch_size: int = at_least(1, 128)
+    lr: float = positive(0.1)
     segments: int = at_least(1, 10)  # S
     replicas: int = at_least(1, 2)  # R
     retries: int = at_least(0, 2)  # phases left for re-sent requests
