@@ -2,8 +2,8 @@
 # Every Combo result in the README (with the virtual environment active, as for every
 # `decent` command), 3 seeds each, then the reports. The records of the runs quoted in the
 # README are in runs/ beside this script.
-#   bash experiments/combo/run_all.sh            # all four
-#   bash experiments/combo/run_all.sh sync       # or one of: sync speedup segments churn
+#   bash experiments/combo/run_all.sh            # all five
+#   bash experiments/combo/run_all.sh sync       # or one of: sync speedup segments churn replicas
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT_DIR:-runs/combo}"
@@ -55,4 +55,17 @@ if [[ $what == all || $what == churn ]]; then  # 20 % crash at round 20, 5 join 
   done
   decent report "$out/churn" --by topology.n --metric client_accuracy_mean,gmp_accuracy \
       --out "$here/report/churn"
+fi
+if [[ $what == all || $what == replicas ]]; then  # accuracy and time against R (Fig. 5)
+  for seed in 0 1 2; do
+    for r in 1 2 4 8 16; do
+      decent run "$here/digits.yaml" seed=$seed strategy.segments=10 strategy.replicas=$r \
+          tracking.out_dir="$out/replicas" name=R$r-s$seed "${quiet[@]}"
+    done
+  done
+  decent report "$out/replicas" --by strategy.replicas \
+      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/replicas"
+  # per-seed differences against the paper's default R = 2, and 16 against 8
+  python "$here/paired.py" "$out/replicas" --key strategy.replicas --pair 1,2 --pair 4,2 \
+      --pair 8,2 --pair 16,2 --pair 16,8 --out "$here/report/replicas"
 fi
