@@ -40,8 +40,8 @@ def vm(field: str) -> int:
 def config(method: str, nodes: int, model: str, out: str) -> dict:
     strategy = {"name": method, "local_steps": 2, "batch_size": 2, "lr": 3e-4,
                 "weight_decay": 0.0, "router_loss": {"balance": 0.01, "z": 0.001}}
-    if method == "spes":
-        strategy["merge_warmup_steps"] = 0
+    if method == "spes":  # the paper's 2 000-step warm-up is longer than these two steps
+        strategy.update(merge_warmup_steps=0, lr_schedule={"name": "constant"})
     return {"name": f"{method}-{nodes}", "rounds": 1, "topology": {"name": "star", "n": nodes + 1},
             "strategy": strategy,
             "task": {"name": "lm", "corpus": "shakespeare", "seq_len": 64,
