@@ -52,6 +52,12 @@ class Task(ABC):
         """Test metrics of ``model``: always ``loss``; ``accuracy`` for classification,
         ``perplexity`` for language modelling."""
 
+    def public_data(self) -> ClientData | None:
+        """Held-out examples that every client may read — no client's training shard — as
+        one (CPU) shard, e.g. for a probe set that must not depend on private data; None
+        where the task has none."""
+        return None
+
 
 def model_tokenizer(task: str, model_cfg: Any, needs: str, what: str) -> Any:
     """The tokenizer of ``model_cfg``, which task ``task`` needs to be a ``needs`` model

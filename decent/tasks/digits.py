@@ -70,6 +70,10 @@ class DigitsTask(Task):
             for cid, idx in zip(holders, parts, strict=True)
         }
 
+    def public_data(self) -> ClientData:
+        """The test split (held out of every shard)."""
+        return ClientData(self.x_test, self.y_test)
+
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, y = batch
         return F.cross_entropy(model(x), y)

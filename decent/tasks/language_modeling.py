@@ -109,6 +109,10 @@ class LanguageModelingTask(Task):
                                   torch.zeros(len(p), dtype=torch.long, device=device))
                 for cid, p in zip(holders, parts, strict=True)}
 
+    def public_data(self) -> ClientData:
+        """The validation sequences (held out of every shard)."""
+        return SequenceData(self.val, torch.zeros(len(self.val), dtype=torch.long))
+
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         (ids,) = batch
         logits = model(input_ids=ids).logits

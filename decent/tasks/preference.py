@@ -164,6 +164,10 @@ class PreferenceTask(Task):
         r = rewards(model, pairs.flatten(0, 1)).view(-1, 2)
         return r[:, 0] - r[:, 1]
 
+    def public_data(self) -> ClientData:
+        """The held-out pairs (none in any shard)."""
+        return ClientData(self.val, torch.zeros(len(self.val), dtype=torch.long))
+
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return -F.logsigmoid(self.margins(model, batch[0])).mean()
 
