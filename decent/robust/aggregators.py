@@ -72,6 +72,18 @@ RULES: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
     "mean": mean, "trimmed_mean": trimmed_mean, "median": median, "krum": krum}
 
 
+def weighted_mean(vectors: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    """Σ w_i v_i / Σ w_i in float64, in the given order (not robust: DSO's top level, over
+    trusted aggregators, each weighted by the workers it aggregated)."""
+    if not vectors or len(vectors) != len(weights):
+        raise ValueError(f"{len(vectors)} vectors and {len(weights)} weights")
+    total = float(sum(weights))
+    out = torch.zeros(vectors[0].shape, dtype=torch.float64, device=vectors[0].device)
+    for v, w in zip(vectors, weights, strict=True):
+        out += (w / total) * v.double()
+    return out.to(vectors[0].dtype)
+
+
 def aggregate(name: str, vectors: list[torch.Tensor], beta: float) -> torch.Tensor:
     """The rule ``name`` over ``vectors`` (same shape each), in their given order."""
     if name not in RULES:
