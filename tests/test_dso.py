@@ -17,7 +17,7 @@ from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
 from decent.platform.plan import build_plan
 from decent.privacy.gaussian import PrivacyLedger, noise_std
-from decent.strategies.dso import expected_coverage_rounds
+from decent.strategies.dso import expected_coverage_rounds, push_pull_coverage
 from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
 
 
@@ -28,7 +28,7 @@ def dso(tmp_path, n=14, aggregators=4, rounds=2, sections=None, **strategy):
                           "fanout": 2, "gossip_rounds": 2, "sensitivity_every": 5,
                           **strategy},
                 model={"name": "mlp", "hidden": [16]},
-                eval={"every": 1, "per_client": False}, **(sections or {}))
+                **{"eval": {"every": 1, "per_client": False}, **(sections or {})})
 
 
 class Spy:
@@ -187,14 +187,15 @@ def test_epidemic_gossip_covers_every_aggregator_in_log_f_rounds(tmp_path):
         spy.sent.clear()
         stats, _ = spy.backend.run_round(r)
         # an independent replay of the exchange from the messages the router carried:
-        # G_a after gossip round k = {a} ∪ every set delivered to a in phases 2 .. 1 + k
+        # G_a after gossip round k = {a} ∪ every set delivered to a in phases 2 .. 2k + 1
+        # (round k's pushes go out in phase 2k, their answers in 2k + 1)
         for k in range(1, R + 1):
             held = []
             for a in range(A):
                 gathered = {a}
                 for m in spy.sent:
                     step = m.sent_phase - r * phases
-                    if m.dst == a and m.tag in ("push", "reply") and 2 <= step <= 1 + k:
+                    if m.dst == a and m.tag in ("push", "reply") and 2 <= step <= 2 * k + 1:
                         gathered |= set(m.payload)
                 held.append(len(gathered) / A)
                 assert stats[a][f"coverage_{k}"] == len(gathered) / A
@@ -302,3 +303,127 @@ def test_asynchronous_at_reference_speed_is_the_synchronous_method(tmp_path):
     for a, s in zip(rows, sync_rows, strict=True):
         assert a["staleness"] == 0.0 and a["gmp_loss"] == s["gmp_loss"]
         assert a["bytes"] == s["bytes"] + 8 * 10  # each reveal's int64 step
+
+
+# ---------------------------------------------------------------- fidelity to the report
+def test_with_dp_the_kept_indices_do_not_depend_on_the_workers_private_data(tmp_path):
+    # the entries a worker keeps travel un-noised: with DP they may depend on the noised
+    # gradient and on public data only. The same gradient, compressed by worker 6 once with
+    # its own shard and once with worker 9's in its place, keeps the same entries.
+    from types import SimpleNamespace
+
+    backend = LocalBackend(from_dict(dso(tmp_path, rounds=1, dp={"enabled": True})))
+    group = backend.group
+    worker, other = group.clients[6], group.clients[9]
+    ctx = SimpleNamespace(task=group.task)
+    g = {n: torch.randn(p.shape, generator=torch.Generator().manual_seed(1))
+         for n, p in params.trainable_params(worker.model).items()}
+    kept = []
+    for shard in (worker.data, other.data):
+        worker.data = shard
+        s = group.strategy.probe_sensitivity(worker, ctx)
+        payload = ErrorFeedback(TopKInt8(0.1)).compress({n: t.clone() for n, t in g.items()}, s)
+        kept.append({n: payload[n]["idx"] for n in g})
+    backend.close()
+    for name in g:
+        assert torch.equal(kept[0][name], kept[1][name]), name
+
+
+def test_dp_refuses_a_private_probe_in_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        build_plan(from_dict(dso(tmp_path, probe="private", dp={"enabled": True})))
+    assert err.value.field == "strategy.probe" and "DP" in err.value.message
+    build_plan(from_dict(dso(tmp_path, probe="private")))  # without DP it is allowed
+    build_plan(from_dict(dso(tmp_path, probe="private", semantic=False, dp={"enabled": True})))
+
+
+def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_path):
+    # DP with a clip far below the gradient's norm: honest workers send a clipped, noised
+    # gradient; the attacker (worker 5, scaling by −4) sends −4 × its raw gradient, which an
+    # honest run without DP — the same batch from the same generator — sends unscaled
+    clip = 0.01
+    raw = Spy(dso(tmp_path, rounds=1, compression="none"))
+    attacked = Spy(dso(tmp_path, rounds=1, compression="none",
+                       dp={"enabled": True, "clip": clip},
+                       sections={"faults": {"byzantine": [5],
+                                            "attack": {"name": "scale", "factor": -4.0}}}))
+    raw.backend.run_round(0)
+    attacked.backend.run_round(0)
+    g = {m.src: {n: t["dense"] for n, t in m.payload["update"].items()}
+         for m in raw.sent if m.tag == "reveal"}
+    a = {m.src: {n: t["dense"] for n, t in m.payload["update"].items()}
+         for m in attacked.sent if m.tag == "reveal"}
+    norm = np.sqrt(sum(float(t.double().square().sum()) for t in g[5].values()))
+    assert norm > 10 * clip
+    for name in g[5]:
+        torch.testing.assert_close(a[5][name], -4.0 * g[5][name], rtol=0, atol=0)
+    # an honest worker: clip(g) + N(0, σ²) — the residual has the noise's scale
+    sigma = noise_std(clip, 8.0, 1e-6, 10)
+    norm6 = np.sqrt(sum(float(t.double().square().sum()) for t in g[6].values()))
+    residual = torch.cat([(a[6][n].double() - g[6][n].double() * clip / norm6).reshape(-1)
+                          for n in g[6]])
+    assert float(residual.std()) == pytest.approx(sigma, rel=0.1)
+    raw.backend.close()
+    attacked.backend.close()
+    rows, _ = rows_and_vectors(from_dict(dso(
+        tmp_path, rounds=1, dp={"enabled": True},
+        sections={"faults": {"byzantine": [5], "attack": {"name": "scale"}}})))
+    assert rows[0]["dp_epsilon"] > 0  # the honest workers' spending is still reported
+
+
+def test_push_pull_coverage_closed_form():
+    A, f = 16, 4
+    # round 1 by hand: b holds ĝ_a iff a pushed to b or b pulled from a, each with
+    # probability f/(A − 1), independently
+    one = (1 + (A - 1) * (1 - (1 - f / (A - 1)) ** 2)) / A
+    assert push_pull_coverage(A, f, 3)[0] == pytest.approx(one, abs=1e-12)
+    assert push_pull_coverage(A, f, 3) == pytest.approx([0.4958, 0.9969, 1.0], abs=1e-4)
+    assert push_pull_coverage(2, 1, 2) == [1.0, 1.0]
+    # A = 3, f = 1, one round: b misses ĝ_a iff a pushed elsewhere and b pulled elsewhere
+    assert push_pull_coverage(3, 1, 1)[0] == pytest.approx((1 + 2 * (1 - 0.25)) / 3)
+
+
+@pytest.mark.parametrize(("A", "f", "R", "rounds"), [(16, 4, 3, 24), (8, 2, 3, 30)])
+def test_gossip_coverage_per_round_is_the_push_pull_closed_form(tmp_path, A, f, R, rounds):
+    backend = LocalBackend(from_dict(dso(tmp_path, n=2 * A, aggregators=A, rounds=rounds,
+                                         fanout=f, gossip_rounds=R,
+                                         sections={"eval": {"every": 1000}})))
+    per_round = {k: [] for k in range(1, R + 1)}
+    for r in range(rounds):
+        stats, _ = backend.run_round(r)
+        for k in per_round:  # the mean over aggregators: E[n_k]/A for any one ĝ
+            per_round[k].append(np.mean([stats[a][f"coverage_{k}"] for a in range(A)]))
+    backend.close()
+    expected = push_pull_coverage(A, f, R)
+    for k, values in per_round.items():
+        # rounds are independent draws: within 4 standard errors (and a floor for the
+        # rounds that are nearly always complete)
+        se = np.std(values, ddof=1) / np.sqrt(len(values))
+        assert abs(np.mean(values) - expected[k - 1]) <= 4 * se + 2e-3, (k, np.mean(values))
+
+
+def test_weighted_top_aggregator_weighs_each_aggregate_by_the_payloads_it_used(tmp_path):
+    # 4 aggregators over 10 workers (tiers by latency, unequal), worker 5 forging: its
+    # payload fails verification and does not count for its aggregator
+    spy = Spy(dso(tmp_path, top_aggregator="weighted_mean", gossip_rounds=3,
+                  sections={"faults": {"byzantine": [5], "attack": {"name": "forge"}}}))
+    group = spy.backend.group
+    theta0 = {n: p.detach().double().numpy().copy()
+              for n, p in params.trainable_params(group.clients[0].model).items()}
+    spy.backend.run_round(0)
+    live = params.trainable_params(group.clients[0].model)
+    tier = group.strategy.tier
+    served = {a: sum(1 for m in spy.sent if m.tag == "reveal" and m.dst == a and m.src != 5)
+              for a in range(4)}
+    assert len(set(served.values())) > 1  # unequal tiers, or the test shows nothing
+    assert served[tier[5]] == sum(1 for w in range(4, 14) if tier[w] == tier[5]) - 1
+    G = next(m.payload for m in spy.sent if m.tag == "set")
+    assert sorted(G) == [a for a in range(4) if served[a]]
+    total = sum(served[a] for a in G)
+    for cid in (0, 3, 6, 13):
+        now = params.trainable_params(group.clients[cid].model)
+        for name in live:
+            g = sum(served[a] / total * dense(G[a], live)[name] for a in G)
+            np.testing.assert_allclose(now[name].detach().double().numpy(),
+                                       theta0[name] - 0.1 * g, atol=1e-6)
+    spy.backend.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from decent.core.errors import ConfigError
-from decent.robust.aggregators import aggregate, krum, median, trimmed_mean
+from decent.robust.aggregators import aggregate, krum, median, trimmed_mean, weighted_mean
 from decent.robust.commitment import DIGEST_BYTES, commitment, draw_nonce, verifies
 
 # five senders, four coordinates; sender 4 is an outlier on every coordinate
@@ -108,3 +108,13 @@ def test_nonces_are_fresh_per_draw_and_reproducible_per_seed():
     a, b = draw_nonce(g), draw_nonce(g)
     assert a != b and len(a) == 16
     assert draw_nonce(torch.Generator().manual_seed(3)) == a
+
+
+def test_weighted_mean_by_hand():
+    rows = [torch.tensor(r, dtype=torch.float32) for r in HAND[:3]]
+    # (8·row0 + 11·row1 + 1·row2) / 20, coordinate by coordinate
+    expected = np.array([(8 * 1 + 11 * 2 + 1 * 3) / 20, (8 * -2 + 11 * -1 + 0) / 20, 0.5,
+                         (8 * 10 + 11 * 11 + 1 * 12) / 20])
+    np.testing.assert_allclose(weighted_mean(rows, [8, 11, 1]).numpy(), expected, rtol=1e-6)
+    with pytest.raises(ValueError):
+        weighted_mean(rows, [1, 2])
