@@ -18,6 +18,10 @@ if [[ $what == all || $what == sync ]]; then  # sync time against S, beside its 
     done
   done
   python "$here/sync_time.py" "$out/sync" --out "$here/report/sync"
+  # per-seed differences in sync time: S = 1 against 2, and where the curve flattens
+  decent report "$out/sync" --by strategy.segments --metric sim_time_total_s \
+      --paired strategy.segments=1,2 --paired strategy.segments=5,6 \
+      --paired strategy.segments=6,10 --out "$here/report/sync/paired"
 fi
 if [[ $what == all || $what == speedup ]]; then  # time to 85 % against FedAvg
   for seed in 0 1 2; do
@@ -44,7 +48,9 @@ if [[ $what == all || $what == segments ]]; then  # accuracy per round against S
     done
   done
   decent report "$out/segments" --by strategy.segments \
-      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/segments"
+      --metric client_accuracy_mean,gmp_accuracy --paired strategy.segments=1,2 \
+      --paired strategy.segments=1,4 --paired strategy.segments=1,8 \
+      --out "$here/report/segments"
 fi
 if [[ $what == all || $what == churn ]]; then  # 20 % crash at round 20, 5 join at 30
   for seed in 0 1 2; do
@@ -54,7 +60,7 @@ if [[ $what == all || $what == churn ]]; then  # 20 % crash at round 20, 5 join 
         tracking.out_dir="$out/churn" name=clean-s$seed "${quiet[@]}"
   done
   decent report "$out/churn" --by topology.n --metric client_accuracy_mean,gmp_accuracy \
-      --out "$here/report/churn"
+      --paired topology.n=30,35 --out "$here/report/churn"
 fi
 if [[ $what == all || $what == replicas ]]; then  # accuracy and time against R (Fig. 5)
   for seed in 0 1 2; do
@@ -63,9 +69,13 @@ if [[ $what == all || $what == replicas ]]; then  # accuracy and time against R 
           tracking.out_dir="$out/replicas" name=R$r-s$seed "${quiet[@]}"
     done
   done
+  # accuracy (Fig. 5a) and time to target (Fig. 5b), each paired by seed against the
+  # paper's default R = 2, and R = 16 against 8
+  pairs=(--paired strategy.replicas=2,1 --paired strategy.replicas=2,4
+         --paired strategy.replicas=2,8 --paired strategy.replicas=2,16
+         --paired strategy.replicas=8,16)
   decent report "$out/replicas" --by strategy.replicas \
-      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/replicas"
-  # per-seed differences against the paper's default R = 2, and 16 against 8
-  python "$here/paired.py" "$out/replicas" --key strategy.replicas --pair 1,2 --pair 4,2 \
-      --pair 8,2 --pair 16,2 --pair 16,8 --out "$here/report/replicas"
+      --metric client_accuracy_mean,gmp_accuracy "${pairs[@]}" --out "$here/report/replicas"
+  decent report "$out/replicas" --by strategy.replicas --metric time_to_target_s \
+      "${pairs[@]}" --out "$here/report/replicas/time_to_target"
 fi
