@@ -11,9 +11,12 @@ counted by the router; beside each measured figure its closed form:
 * the reference: a ring all-reduce of the dense fp32 gradient, 2·(n − 1)/n · 4·d per node.
 
 The ratios are to the FP32 all-reduce, as the report's table (40 → 0.52 → 0.12 → 0.024
-GB/s, 1 667×, for a 7 B model).
+GB/s, 1 667×, for a 7 B model). The last lines give the upload's reduction for a 7 B model
+with the same encoding, where the per-tensor minimum of one kept entry and the 48 B of
+commitment and nonce vanish: 4·d / (8·keep·d) = 50× for Top-1 % and 4·d / (5·keep·d) = 80×
+with INT8 — the index bytes included, which the report's 77× and 333× leave out.
 
-    python benchmarks/dso_bandwidth.py [--keep 0.01]
+    python benchmarks/dso_bandwidth.py [--keep 0.01] [--out experiments/dso/report/bandwidth.md]
 """
 
 from __future__ import annotations
@@ -56,32 +59,50 @@ def one_step(compression: str, keep: float) -> tuple[list, dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keep", type=float, default=0.01)
+    p.add_argument("--out", default=None, help="also write the table to this file")
     args = p.parse_args()
+    lines = table(args.keep)
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("```\n$ python benchmarks/dso_bandwidth.py"
+                    f"{'' if args.keep == 0.01 else f' --keep {args.keep}'}\n"
+                    + "\n".join(lines) + "\n```\n")
+
+
+def table(keep: float) -> list[str]:
+    """The ladder's lines (one step per setting, checked against the closed forms)."""
+    out: list[str] = []
     n = WORKERS + AGGREGATORS
     rows = []
-    for label, compression in (("FP32", "none"), (f"Top-{args.keep:.0%}", "topk"),
-                               (f"Top-{args.keep:.0%} + INT8", "topk_int8")):
-        sent, sizes = one_step(compression, args.keep)
+    for label, compression in (("FP32", "none"), (f"Top-{keep:.0%}", "topk"),
+                               (f"Top-{keep:.0%} + INT8", "topk_int8")):
+        sent, sizes = one_step(compression, keep)
         d = sum(sizes.values())
-        ks = [kept(size, args.keep) for size in sizes.values()]
+        ks = [kept(size, keep) for size in sizes.values()]
         payload = {"none": 4 * d, "topk": sum(8 * k for k in ks),
                    "topk_int8": sum(5 * k + 4 for k in ks)}[compression]
         upload = sum(m.nbytes for m in sent if m.tag in ("commit", "reveal")) / WORKERS
         per_node = sum(m.nbytes for m in sent) / n
         rows.append((label, 48 + payload, upload, per_node))
     allreduce = 2 * (n - 1) / n * 4 * d
-    print(f"tiny-llama, d = {d:,}; {WORKERS} workers, {AGGREGATORS} aggregators, "
-          f"fanout 2, 3 gossip rounds; one step; bytes")
-    print(f"{'setting':>18} {'upload closed':>14} {'upload measured':>16} "
-          f"{'per node, all traffic':>22} {'vs FP32 all-reduce':>19}")
-    print(f"{'FP32 all-reduce':>18} {'':>14} {'':>16} {allreduce:>22,.0f} {1.0:>18.3f}×")
+    out.append(f"tiny-llama, d = {d:,}; {WORKERS} workers, {AGGREGATORS} aggregators, "
+               f"fanout 2, 3 gossip rounds; one step; bytes")
+    out.append(f"{'setting':>18} {'upload closed':>14} {'upload measured':>16} "
+               f"{'per node, all traffic':>22} {'vs FP32 all-reduce':>19}")
+    out.append(f"{'FP32 all-reduce':>18} {'':>14} {'':>16} {allreduce:>22,.0f} {1.0:>18.3f}×")
     for label, closed, upload, per_node in rows:
         assert math.isclose(closed, upload), (label, closed, upload)
-        print(f"{label:>18} {closed:>14,.0f} {upload:>16,.0f} {per_node:>22,.0f} "
-              f"{per_node / allreduce:>18.4f}×")
+        out.append(f"{label:>18} {closed:>14,.0f} {upload:>16,.0f} {per_node:>22,.0f} "
+                   f"{per_node / allreduce:>18.4f}×")
     default = rows[-1][3]
-    print(f"DSO default (Top-{args.keep:.0%} + INT8 + two tiers): {allreduce / default:,.0f}× "
-          f"less per node than an FP32 all-reduce")
+    out.append(f"DSO default (Top-{keep:.0%} + INT8 + two tiers): {allreduce / default:,.0f}× "
+               f"less per node than an FP32 all-reduce")
+    fp32 = rows[0][1]
+    out.append(f"upload vs FP32 here: Top-{keep:.0%} {fp32 / rows[1][1]:.0f}×, "
+               f"+ INT8 {fp32 / rows[2][1]:.0f}×; at 7 B (int32 index + fp32 value, or + "
+               f"INT8): {4 / (8 * keep):.0f}× and {4 / (5 * keep):.0f}×")
+    return out
 
 
 if __name__ == "__main__":
