@@ -66,7 +66,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write("```\n$ python benchmarks/dso_bandwidth.py"
-                    f"{'' if args.keep == 0.01 else f' --keep {args.keep}'}\n"
+                    f"{'' if args.keep == 0.01 else f' --keep {args.keep}'} --out {args.out}\n"
                     + "\n".join(lines) + "\n```\n")
 
 
