@@ -149,3 +149,15 @@ def test_digits_stand_ins_charge_the_cnns_paper_round(name):
     per_step = 40 * 128 * CNN_FLOPS / cfg.strategy.local_steps
     assert f"{cfg.compute.flops_per_step:.4g}" == f"{per_step:.4g}"  # 1.035e11 (5 steps)
     assert cfg.compute.device_tflops == 0.1  # the same assumed worker as cifar10_cnn.yaml
+
+
+def test_the_summary_records_the_charge_on_ray_as_locally(tmp_path, ray_session):
+    base = tiny(tmp_path, rounds=1, strategy={"name": "combo", "local_steps": 2,
+                                               "batch_size": 8, "segments": 3},
+                compute={"mode": "modelled", "flops": "counted"},
+                eval={"every": 1, "per_client": False})
+    local = run(from_dict(base)).summary
+    on_ray = run(from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": 3}})).summary
+    keys = ("compute_flops_per_step", "compute_flops_source", "sim_compute_total_s")
+    assert [on_ray[k] for k in keys] == [local[k] for k in keys]
+    assert local["compute_flops_source"] == "counted"
