@@ -23,7 +23,8 @@ The FLOPs of one step come from one of three places, and the run summary records
   example, counted by torch's FlopCounterMode on the model the run builds, × B. Exact
   for convolutions, where 6·N·B is far off: a convolution's weights are reused at every
   position, so McMahan et al.'s CIFAR-10 CNN costs 101 087 232 FLOP per example against
-  6·N = 12 938 940;
+  6·N = 12 938 940. It is a first-order step's cost: a zeroth-order estimate (forward
+  passes only) costs less, so state ``flops_per_step`` for those;
 * otherwise 6·N·B (``6nb fallback``), the forward + backward cost of N parameters on a
   batch of B examples (Kaplan et al., 2020, §2.1), right for models made of dense layers.
 """
