@@ -82,3 +82,12 @@ def test_paired_on_the_command_line_and_bad_specs(runs, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "--paired" in err and says in err
     assert not (runs / "bad").exists()
+
+
+def test_a_lower_time_is_ahead(runs):
+    found = find_runs([str(runs)])
+    text = paired(found, ["strategy.name", "strategy.merge_warmup_steps"],
+                  "strategy.name=fedavg,spes", "sim_time_total_s", "final")
+    assert "negative is spes ahead" in text
+    row = next(line for line in text.splitlines() if "merge_warmup_steps=0 |" in line)
+    assert "| -12 ± 0 | 3/3 |" in row  # 18 s against 30 s on every seed

@@ -19,7 +19,10 @@ def evaluated_metrics(task_metrics: tuple[str, ...], per_client: bool) -> list[s
 
 
 def lower_is_better(metric: str) -> bool:
-    return any(word in metric for word in ("loss", "perplexity", "distance"))
+    """Losses and distances, and the costs a report compares (time, bytes, rounds to a
+    target, staleness); accuracies and everything else: higher is better."""
+    return any(word in metric for word in ("loss", "perplexity", "distance", "time", "bytes",
+                                           "rounds_to", "staleness"))
 
 
 def joiners(topology: Any, round_: int, members: Any) -> list[tuple[int, list[int]]]:
