@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -384,7 +385,9 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1
                                     else Path("report"))
     folder.mkdir(parents=True, exist_ok=True)
-    text = [f"# Report: {metric}\n", f"{len(runs)} runs from {', '.join(paths)}\n",
+    where = ", ".join(paths) if len(paths) <= 3 else \
+        f"{len(paths)} paths under {os.path.commonpath(paths) or '.'}"
+    text = [f"# Report: {metric}\n", f"{len(runs)} runs from {where}\n",
             table(groups, keys, metric, tuple(also))]
     if columns:
         text.append(pivot(runs, keys[:-1], columns, metric))

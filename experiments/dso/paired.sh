@@ -6,6 +6,8 @@
 #   bash experiments/dso/paired.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../.."  # paths in the reports relative to the repository
+here=experiments/dso
 runs="$here/runs/byzantine"
 out="$here/report_paired"
 report() {  # name, then decent report arguments; keeps report.md only
