@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -18,7 +17,7 @@ from decent.platform.compute import ComputeClock
 from decent.platform.config import from_dict, load_config
 from decent.platform.runner import run
 from decent.strategies.registry import STRATEGIES
-from tests.helpers import tiny
+from tests.helpers import save_fake_cifar, tiny
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments" / "combo"
 CIFAR_SPEC = {"image_shape": (3, 32, 32), "num_classes": 10}
@@ -80,22 +79,8 @@ def test_cifar10_config_as_written_charges_the_cnns_round():
 @pytest.fixture(scope="module")
 def fake_cifar(tmp_path_factory):
     """30 train / 10 test random 32×32 RGB images in CIFAR-10's hub format."""
-    datasets = pytest.importorskip("datasets")
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-
-    def split(n):
-        images = [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
-                  for _ in range(n)]
-        return datasets.Dataset.from_dict(
-            {"img": images, "label": [i % 10 for i in range(n)]},
-            features=datasets.Features({"img": datasets.Image(),
-                                        "label": datasets.ClassLabel(num_classes=10)}))
-
-    path = tmp_path_factory.mktemp("cifar") / "saved"
-    datasets.DatasetDict({"train": split(30), "test": split(10)}).save_to_disk(str(path))
-    return path
+    pytest.importorskip("datasets")
+    return save_fake_cifar(tmp_path_factory.mktemp("cifar") / "saved", 30, 10)
 
 
 def test_cifar10_run_charges_and_records_the_cnns_flops(tmp_path, fake_cifar):

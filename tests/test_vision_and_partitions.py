@@ -9,7 +9,7 @@ from decent.models.cnn import CNNConfig, build_cnn
 from decent.platform.config import from_dict
 from decent.platform.local_backend import LocalBackend
 from decent.tasks.partition import partition
-from tests.helpers import tiny
+from tests.helpers import save_fake_cifar, tiny
 
 LABELS = np.repeat(np.arange(10), 30)  # 300 examples, 30 per class
 
@@ -47,22 +47,8 @@ def test_partition_errors():
 @pytest.fixture(scope="module")
 def fake_cifar(tmp_path_factory):
     """60 train / 20 test random 32×32 RGB images in CIFAR-10's hub format."""
-    datasets = pytest.importorskip("datasets")
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-
-    def split(n):
-        images = [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
-                  for _ in range(n)]
-        return datasets.Dataset.from_dict(
-            {"img": images, "label": [i % 10 for i in range(n)]},
-            features=datasets.Features({"img": datasets.Image(),
-                                        "label": datasets.ClassLabel(num_classes=10)}))
-
-    path = tmp_path_factory.mktemp("cifar") / "saved"
-    datasets.DatasetDict({"train": split(60), "test": split(20)}).save_to_disk(str(path))
-    return path
+    pytest.importorskip("datasets")
+    return save_fake_cifar(tmp_path_factory.mktemp("cifar") / "saved", 60, 20)
 
 
 def test_cifar10_from_data_dir_trains_the_mcmahan_cnn(tmp_path, fake_cifar):
