@@ -116,8 +116,9 @@ def method_config(tmp_path: Path, name: str, n: int, **sections: Any) -> dict[st
     if name == "dso":  # one aggregator (vertex 0), the rest workers: as a star's server
         topology = {"name": "two_tier", "n": n, "aggregators": 1}
     strategy = {"name": name}
-    if name == "spes":
-        strategy.update(local_steps=2, batch_size=4, merge_warmup_steps=0)
+    if name == "spes":  # the paper's schedule shape, its 2 000-step warm-up cut to one step
+        strategy.update(local_steps=2, batch_size=4, merge_warmup_steps=0,
+                        lr_schedule={"name": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1})
     strategy.update(sections.pop("strategy", {}))
     if name == "spes":
         return moe_lm(tmp_path, topology=topology, strategy=strategy, **sections)

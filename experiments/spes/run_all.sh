@@ -22,5 +22,8 @@ arms() {  # one line of `decent run` arguments per run
   done
 }
 arms | xargs -P "$jobs" -L 1 decent run >/dev/null
-decent report "$out" --by strategy.name,strategy.merge_warmup_steps,topology.n \
-    --metric gmp_loss --out "$here/report"
+by=(--by strategy.name,strategy.merge_warmup_steps,topology.n --metric gmp_loss)
+decent report "$out" "${by[@]}" --paired strategy.name=fedavg,spes \
+    --paired strategy.merge_warmup_steps=0,100 --out "$here/report"
+decent report "$out" "${by[@]}" --paired strategy.name=fedavg,spes --at bytes \
+    --out "$here/report/equal_bytes"
