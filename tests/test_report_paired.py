@@ -91,3 +91,14 @@ def test_a_lower_time_is_ahead(runs):
     assert "negative is spes ahead" in text
     row = next(line for line in text.splitlines() if "merge_warmup_steps=0 |" in line)
     assert "| -12 ± 0 | 3/3 |" in row  # 18 s against 30 s on every seed
+
+
+def test_rows_come_in_numeric_order(tmp_path):
+    for r in (16, 2, 1, 8):
+        record(tmp_path, f"r{r}", {"name": "combo", "replicas": r}, 0, [(100, 1.0 / r)])
+    out = tmp_path / "rep"
+    assert main(["report", str(tmp_path), "--metric", "gmp_loss", "--by",
+                 "strategy.replicas", "--out", str(out)]) == 0
+    rows = [line.split(" | ")[0] for line in (out / "report.md").read_text().splitlines()
+            if line.startswith("| strategy.replicas=")]
+    assert rows == [f"| strategy.replicas={r}" for r in (1, 2, 8, 16)]

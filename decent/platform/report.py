@@ -151,11 +151,19 @@ def pivot(runs: list[Run], rows: list[str], column: str, metric: str) -> str:
         f"{column.rsplit('.', 1)[-1]}={json.loads(c)}" for c in columns) + " |"
     lines = [f"Final {metric} by {column} (seeds per cell: {seeds}):\n", head,
              "|" + "---|" * (1 + len(columns))]
-    for values in sorted(cells, key=lambda v: [str(x) for x in v]):
+    for values in sorted(cells, key=in_order):
         lines.append(f"| {label(rows, values)} | " + " | ".join(
             final_cell(cells[values][c], metric) if c in cells[values] else ""
             for c in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def in_order(values: tuple) -> list[tuple]:
+    """A sort key for a row's config values: numbers in numeric order (R = 1, 2, 4, 16,
+    not 1, 16, 2, 4), before words, before unset (None)."""
+    return [(2, 0, "") if v is None else
+            (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else
+            (1, 0, str(v)) for v in values]
 
 
 def _order(encoded: str) -> tuple:
@@ -335,8 +343,8 @@ def paired(runs: list[Run], keys: list[str], spec: str, metric: str, at: str) ->
              f"| {' / '.join(others) or 'runs'} | pairs | {a} | {b} | {b} − {a} "
              f"| seeds {b} ahead | per seed ({b} − {a}) |" + (f" at {x} |" if x else ""),
              "|" + "---|" * (7 + (1 if x else 0))]
-    for values in sorted(rows, key=lambda v: [str(t) for t in v]):
-        pairs = sorted(rows[values], key=lambda p: str(p[0]))
+    for values in sorted(rows, key=in_order):
+        pairs = sorted(rows[values], key=lambda p: in_order((p[0],)))
         diffs = [vb - va for _, va, vb, _ in pairs]
         ahead = sum(1 for d in diffs if (d < 0 if lower else d > 0))
         per_seed = ", ".join(f"s{seed}: {vb - va:+.3g}" for seed, va, vb, _ in pairs)
@@ -380,7 +388,7 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for run in sorted(runs, key=lambda r: str(r.path)):
         groups[tuple(run.config.get(k) for k in keys)].append(run)
-    groups = dict(sorted(groups.items(), key=lambda kv: [str(v) for v in kv[0]]))
+    groups = dict(sorted(groups.items(), key=lambda kv: in_order(kv[0])))
     paired_tables = [paired(runs, keys, spec, metric, at) for spec in pairs or []]
     folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1
                                     else Path("report"))
