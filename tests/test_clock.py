@@ -218,11 +218,11 @@ def test_modelled_compute_charges_steps_at_the_slowest_clients_speed(tmp_path):
 
 
 def test_default_flops_per_step_is_six_n_b(tmp_path):
-    from decent.platform.compute import ComputeConfig, step_flops
+    from decent.platform.compute import ComputeConfig, charged_step_flops
     from decent.strategies.registry import STRATEGIES
 
     strategy_cfg = STRATEGIES.config({"name": "dsgd", "batch_size": 8})
-    assert step_flops(ComputeConfig(), 1000, strategy_cfg) == 6 * 1000 * 8
+    assert charged_step_flops(ComputeConfig(), 1000, strategy_cfg)[0] == 6 * 1000 * 8
 
 
 def test_measured_compute_is_the_wall_time_of_the_phase(tmp_path):

@@ -93,12 +93,6 @@ def count_flops_per_example(model: torch.nn.Module, spec: dict[str, Any]) -> int
     return int(counter.get_total_flops())
 
 
-def step_flops(cfg: ComputeConfig, num_parameters: int, strategy_cfg: Any,
-               flops_per_example: int | None = None) -> float:
-    """FLOPs charged per optimisation step."""
-    return charged_step_flops(cfg, num_parameters, strategy_cfg, flops_per_example)[0]
-
-
 def charged_step_flops(cfg: ComputeConfig, num_parameters: int, strategy_cfg: Any,
                        flops_per_example: int | None = None) -> tuple[float, str]:
     """FLOPs charged per optimisation step and where the figure came from."""

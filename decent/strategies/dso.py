@@ -68,7 +68,12 @@ from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, 
 from decent.robust.aggregators import AGGREGATORS, aggregate, weighted_mean
 from decent.robust.commitment import commitment, draw_nonce, verifies
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.local_training import OPTIMIZERS, make_optimizer
+from decent.strategies.local_training import (
+    OPTIMIZERS,
+    adamw_betas,
+    check_betas,
+    make_optimizer,
+)
 
 TOP_AGGREGATORS = (*AGGREGATORS, "weighted_mean")
 PROBES = ("public", "private")
@@ -83,7 +88,7 @@ class DSOConfig:
     optimizer: str = one_of(OPTIMIZERS, "sgd")  # the step every client takes with g_agg
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
-    betas: list[float] = in_range([0.9, 0.999], 0, 1, hi_open=True, each=True)  # AdamW's
+    betas: list[float] = adamw_betas()
     weight_decay: float = at_least(0, 0.0)
     aggregator: str = one_of(AGGREGATORS, "trimmed_mean")  # over an aggregator's workers
     # over G, one aggregate per aggregator: the aggregators are not Byzantine unless
@@ -111,9 +116,7 @@ class DSOConfig:
     dp: DPConfig = field(default_factory=DPConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
-        if len(self.betas) != 2:
-            raise ConfigError(f"{prefix}.betas", f"AdamW's (β1, β2): give two values, e.g. "
-                              f"[0.9, 0.999] (got {list(self.betas)})")
+        check_betas(self.betas, prefix)
         if (self.dp.enabled and self.probe == "private" and self.semantic
                 and self.compression != "none"):
             raise ConfigError(f"{prefix}.probe", "a private probe decides which entries are "

@@ -49,6 +49,17 @@ class LRScheduleConfig:
         return self.name != "constant" or self.warmup_steps > 0
 
 
+def adamw_betas(default: tuple[float, float] = (0.9, 0.999)) -> Any:
+    """AdamW's (β1, β2) as a config field: each in [0, 1) (torch's default unless told)."""
+    return in_range(list(default), 0, 1, hi_open=True, each=True)
+
+
+def check_betas(betas: list[float], prefix: str) -> None:
+    if len(betas) != 2:
+        raise ConfigError(f"{prefix}.betas", f"AdamW's (β1, β2): give two values, e.g. "
+                          f"[0.9, 0.95] (got {list(betas)})")
+
+
 @dataclass
 class LocalTrainingConfig:
     """Hyper-parameters of a client's inner loop (fields shared by many strategies).
@@ -61,7 +72,7 @@ class LocalTrainingConfig:
     optimizer: str = one_of(OPTIMIZERS, "sgd")
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
-    betas: list[float] = in_range([0.9, 0.999], 0, 1, hi_open=True, each=True)  # AdamW's
+    betas: list[float] = adamw_betas()
     weight_decay: float = at_least(0, 0.0)
     # clip the gradient's global norm (over every trainable tensor) to this before each
     # inner step (torch.nn.utils.clip_grad_norm_); 0: no clipping
@@ -75,10 +86,7 @@ class LocalTrainingConfig:
     logit_z_loss: float = at_least(0, 0.0)
 
     def validate(self, prefix: str = "strategy") -> None:
-        if len(self.betas) != 2:
-            raise ConfigError(f"{prefix}.betas",
-                              f"AdamW's (β1, β2): give two values, e.g. [0.9, 0.95] "
-                              f"(got {list(self.betas)})")
+        check_betas(self.betas, prefix)
         if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
                 f"{prefix}.momentum",

@@ -50,6 +50,7 @@ from decent.strategies.gossip import newest_per_neighbour
 from decent.strategies.local_training import (
     OPTIMIZERS,
     LRScheduleConfig,
+    adamw_betas,
     local_steps,
     make_optimizer,
 )
@@ -72,7 +73,7 @@ class SPESConfig(OuterStepConfig):
     local_steps: int = at_least(1, 100)
     optimizer: str = one_of(OPTIMIZERS, "adamw")
     lr: float = positive(5e-4)
-    betas: list[float] = in_range([0.9, 0.95], 0, 1, hi_open=True, each=True)
+    betas: list[float] = adamw_betas((0.9, 0.95))
     weight_decay: float = at_least(0, 0.1)
     grad_clip: float = at_least(0, 1.0)
     lr_schedule: LRScheduleConfig = field(default_factory=lambda: LRScheduleConfig(
