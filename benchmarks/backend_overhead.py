@@ -52,8 +52,8 @@ def one(mode: str, workers: int, rounds: int) -> dict:
 
     from proc_memory import PeakSampler
 
-    from decent.platform.config import from_dict
-    from decent.platform.runner import run
+    from decent.engine.config import from_dict
+    from decent.run.runner import run
 
     backend, per_actor = MODES[mode]
     with tempfile.TemporaryDirectory() as out, PeakSampler(0.1, pss=True) as mem:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 
 def measure(cfg_dict: dict, rounds: int, repeats: int) -> tuple[float, float, float, float]:
-    from decent.platform import checkpoint
-    from decent.platform.config import from_dict
-    from decent.platform.local_backend import LocalBackend
+    from decent.backends.local import LocalBackend
+    from decent.engine.config import from_dict
+    from decent.run import checkpoint
 
     cfg = from_dict(cfg_dict)
     backend = LocalBackend(cfg)

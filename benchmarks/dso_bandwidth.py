@@ -25,10 +25,10 @@ import argparse
 import math
 import tempfile
 
+from decent.backends.local import LocalBackend
 from decent.compression.topk import kept
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 
 WORKERS, AGGREGATORS = 40, 4
 

@@ -19,12 +19,12 @@ import time
 
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.compression import CompressionConfig, build_compressor
 from decent.core.messages import wire_size
+from decent.engine.config import from_dict
 from decent.models.causal_lm import CausalLMConfig, build_causal_lm
 from decent.models.lora import LoRAConfig
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 
 COMPRESSORS = {
     "dense fp32": CompressionConfig(name="identity"),

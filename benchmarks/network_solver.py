@@ -22,9 +22,9 @@ import numpy as np
 
 
 def main() -> None:
+    from decent.backends.local import LocalBackend
+    from decent.engine.config import from_dict
     from decent.network.timing import Network, NetworkConfig, Spread
-    from decent.platform.config import from_dict
-    from decent.platform.local_backend import LocalBackend
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=128)

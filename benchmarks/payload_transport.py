@@ -41,8 +41,8 @@ def hidden_for(mb: float) -> int:
 
 
 def round_times(mb: float, transport: str, rounds: int, gpus: float, out: str) -> list[float]:
-    from decent.platform.config import from_dict
-    from decent.platform.runner import make_backend
+    from decent.engine.config import from_dict
+    from decent.run.runner import make_backend
 
     cfg = from_dict({
         "name": "bench", "rounds": rounds, "backend": "ray",

@@ -36,8 +36,8 @@ MODEL_MB = 134_515_008 * 4 / 2**20  # SmolLM2-135M in float32
 def one(clients: int, rounds: int, backend: str, per_actor: int | str) -> dict:
     from proc_memory import PeakSampler
 
-    from decent.platform.config import from_dict
-    from decent.platform.runner import run
+    from decent.engine.config import from_dict
+    from decent.run.runner import run
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as out, PeakSampler(pss=True) as mem:

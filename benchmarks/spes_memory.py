@@ -53,10 +53,10 @@ def config(method: str, nodes: int, model: str, out: str) -> dict:
 
 def train_once(method: str, nodes: int, threads: int) -> dict:
     """Worker 1 of ``nodes``: build, then two training steps; memory and step time."""
+    from decent.engine.config import from_dict
+    from decent.engine.group import build_task
+    from decent.engine.plan import build_plan
     from decent.models.causal_lm import build_causal_lm
-    from decent.platform.config import from_dict
-    from decent.platform.group import build_task
-    from decent.platform.plan import build_plan
     from decent.strategies.base import Client
     from decent.strategies.local_training import local_steps
 
@@ -85,8 +85,8 @@ def train_once(method: str, nodes: int, threads: int) -> dict:
 
 def measured_bytes(method: str, nodes: int) -> tuple[float, float, int]:
     """Mean bytes per worker up and down in one round of small-moe; the model size."""
-    from decent.platform.config import from_dict
-    from decent.platform.local_backend import LocalBackend
+    from decent.backends.local import LocalBackend
+    from decent.engine.config import from_dict
 
     with tempfile.TemporaryDirectory() as out:
         cfg = config(method, nodes, "small-moe", out)

@@ -1,3 +1,3 @@
-from decent.platform.cli import entry
+from decent.tools.cli import entry
 
 entry()

@@ -50,7 +50,7 @@ def save_fake_cifar(path: Path, train: int, test: int) -> Path:
 def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
     """``fn(*args, backend=...)`` (the runner's ``run`` or ``resume``) on a fresh backend
     for ``cfg``, and every client's state vector as the run left it."""
-    from decent.platform.runner import make_backend
+    from decent.run.runner import make_backend
 
     backend = make_backend(cfg)
     vectors: dict[int, Any] = {}
@@ -67,7 +67,7 @@ def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
 def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
     """A run's metric rows without wall time (what must match across backends) and every
     client's final state vector."""
-    from decent.platform.runner import run
+    from decent.run.runner import run
 
     result, vectors = run_capturing(run, cfg, cfg)
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
@@ -130,7 +130,7 @@ def assert_ray_equals_local(base: dict[str, Any], clients_per_actor: int) -> Non
     run's metric rows and every client's final state, bit for bit."""
     import numpy as np
 
-    from decent.platform.config import from_dict
+    from decent.engine.config import from_dict
 
     local_rows, local_vectors = rows_and_vectors(from_dict(base))
     ray_rows, ray_vectors = rows_and_vectors(from_dict(

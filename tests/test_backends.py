@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from decent.platform.config import from_dict
-from decent.platform.ray_backend.backend import actor_slots, balanced, groups_for, placement
-from decent.platform.runner import run
+from decent.backends.ray.executor import actor_slots, balanced, groups_for, placement
+from decent.engine.config import from_dict
+from decent.run.runner import run
 from tests.helpers import run_capturing, tiny
 
 VOLATILE = {"wall_s"}
@@ -109,7 +109,7 @@ def test_an_explicit_clients_per_actor_wins(tmp_path):
 
 def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
         tmp_path, ray_session):
-    from decent.platform.ray_backend.backend import RayBackend
+    from decent.backends.ray.executor import RayBackend
 
     base = tiny(tmp_path, topology={"name": "ring", "n": 5})
     backend = RayBackend(from_dict({**base, "backend": "ray"}))

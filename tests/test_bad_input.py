@@ -13,11 +13,11 @@ import torch
 import yaml
 
 from decent.core.schema import checked_fields
+from decent.engine.config import RunConfig
 from decent.models.registry import MODELS
-from decent.platform.cli import main
-from decent.platform.config import RunConfig
 from decent.strategies.registry import STRATEGIES
 from decent.tasks.registry import TASKS
+from decent.tools.cli import main
 from tests.helpers import tiny
 
 # A config section per component: strategies, tasks and models are validated against

@@ -17,11 +17,11 @@ import pytest
 import torch
 import yaml
 
-from decent.platform import checkpoint
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.runner import resume, run
+from decent.engine.config import from_dict
+from decent.run import checkpoint
+from decent.run.runner import resume, run
 from decent.strategies.registry import STRATEGIES
+from decent.tools.cli import main
 from tests.helpers import STAR_METHODS, method_config, run_capturing, tiny
 
 VOLATILE = {"wall_s"}

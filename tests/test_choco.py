@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import check
+from decent.run.runner import check
 from tests.helpers import tiny
 
 

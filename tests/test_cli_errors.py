@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decent.platform.cli import main
+from decent.tools.cli import main
 from tests.helpers import tiny
 
 

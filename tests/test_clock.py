@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.network.flows import FlowSet, fair_rates, finish_times
 from decent.network.timing import Network, NetworkConfig, Spread
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.runner import run
+from decent.run.runner import run
+from decent.tools.cli import main
 from tests.helpers import tiny
 
 INF = np.inf
@@ -218,7 +218,7 @@ def test_modelled_compute_charges_steps_at_the_slowest_clients_speed(tmp_path):
 
 
 def test_default_flops_per_step_is_six_n_b(tmp_path):
-    from decent.platform.compute import ComputeConfig, charged_step_flops
+    from decent.engine.compute import ComputeConfig, charged_step_flops
     from decent.strategies.registry import STRATEGIES
 
     strategy_cfg = STRATEGIES.config({"name": "dsgd", "batch_size": 8})

@@ -181,7 +181,7 @@ def test_working_dir_package_is_small(tmp_path: Path) -> None:
     package = tmp_path / "working_dir.zip"
     create_package(str(REPO_ROOT), package, include_gitignore=False, excludes=excludes)
     names = ZipFile(package).namelist()
-    assert "decent/platform/cli.py" in names
+    assert "decent/tools/cli.py" in names
     assert "experiments/quickstart.yaml" in names
     assert "runtime_env.yaml" in names
     assert not [n for n in names if n.startswith((".venv/", ".git/", "runs/", "wandb/"))

@@ -10,12 +10,12 @@ import json
 import numpy as np
 import pytest
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import make_backend, run
+from decent.engine.config import from_dict
+from decent.run.runner import make_backend, run
 from decent.strategies.combo import request_peers, segment_bounds
+from decent.tools.cli import main
 from tests.helpers import WrapsBackend, rows_and_vectors, tiny
 
 D = 64 * 16 + 16 + 16 * 10 + 10  # the digits MLP with one hidden layer of 16: 1 210 values

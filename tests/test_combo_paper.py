@@ -12,10 +12,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from decent.core.errors import ConfigError
+from decent.engine.compute import ComputeClock
+from decent.engine.config import from_dict, load_config
 from decent.models.cnn import CNNConfig, build_cnn
-from decent.platform.compute import ComputeClock
-from decent.platform.config import from_dict, load_config
-from decent.platform.runner import run
+from decent.run.runner import run
 from decent.strategies.registry import STRATEGIES
 from tests.helpers import save_fake_cifar, tiny
 

@@ -9,7 +9,7 @@ from decent.compression import CompressionConfig, ErrorFeedback, build_compresso
 from decent.compression.topk import TopK, kept
 from decent.core.errors import ConfigError
 from decent.core.messages import wire_size
-from decent.platform.config import from_dict
+from decent.engine.config import from_dict
 from tests.helpers import tiny
 
 

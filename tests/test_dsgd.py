@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import run
+from decent.run.runner import run
 from tests.helpers import tiny
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.compression.error_feedback import ErrorFeedback
 from decent.compression.topk import TopKInt8
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
+from decent.engine.plan import build_plan
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.plan import build_plan
 from decent.privacy.gaussian import PrivacyLedger, noise_std
 from decent.strategies.dso import expected_coverage_rounds, push_pull_coverage
 from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
@@ -282,7 +282,7 @@ def test_asynchronous_workers_reveal_every_period_with_their_gradients_age(tmp_p
         assert row["sim_compute_s"] == pytest.approx(
             max(1 / (p * s) for p, s in zip(PERIODS, WORKER_SPEEDS, strict=True)), rel=1e-12)
     flat = [a for ages in staleness for a in ages]
-    from decent.platform.runner import summarize
+    from decent.run.runner import summarize
 
     summary = summarize(from_dict(dso(tmp_path, rounds=rounds)), rows, 0.0, "x")
     assert summary["staleness_run"] == pytest.approx(np.mean(flat), rel=1e-12)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.messages import Declared, Message, Scalar, Seed, wire_size
+from decent.engine.config import from_dict
 from decent.network.faults import FaultsConfig, PartitionConfig, WireFaults, byzantine_clients
 from decent.network.router import Router
 from decent.network.timing import Network, NetworkConfig
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import run
 from decent.robust.attacks import Attack, AttackConfig
+from decent.run.runner import run
 from decent.strategies.registry import STRATEGIES
 from decent.topologies import TopologyConfig, build_topology
 from tests.helpers import method_config, tiny

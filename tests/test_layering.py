@@ -10,13 +10,15 @@ import pytest
 
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
-from decent.platform.config import from_dict
-from decent.platform.plan import build_plan
+from decent.engine.config import from_dict
+from decent.engine.plan import build_plan
 from decent.strategies.registry import STRATEGIES
 from tests.helpers import method_config
 
 ROOT = Path(__file__).resolve().parents[1] / "decent"
 
+BELOW_ENGINE = {"core", "models", "tasks", "zo", "compression", "strategies", "topologies",
+                "network", "robust", "privacy"}
 # What each package may import from decent (besides itself). Lower layers first: the
 # vocabulary (core), then the building blocks, then the strategies, then orchestration.
 ALLOWED = {
@@ -30,12 +32,18 @@ ALLOWED = {
     "tasks": {"core", "models"},
     "zo": {"core", "models"},
     "strategies": {"core", "models", "tasks", "zo", "compression", "robust", "privacy"},
-    "platform": {"core", "models", "tasks", "zo", "compression", "strategies", "topologies",
-                 "network", "robust", "privacy"},
+    # orchestration, in four floors: the engine (config, plan, group, round loop), the
+    # executors it runs on, the run services around one run, the user's tools
+    "engine": BELOW_ENGINE,
+    "backends": BELOW_ENGINE | {"engine"},
+    "run": BELOW_ENGINE | {"engine", "backends"},
+    "tools": BELOW_ENGINE | {"engine", "backends", "run"},
 }
 # Strategies read like the paper's algorithm box: no distribution, no graph library; and
-# Ray is the platform's business alone (everything below it runs without a cluster).
-FORBIDDEN_THIRD_PARTY = {package: {"ray"} for package in ALLOWED if package != "platform"}
+# Ray belongs to the executors and the tools alone (the engine and everything below run
+# without a cluster).
+FORBIDDEN_THIRD_PARTY = {package: {"ray"} for package in ALLOWED
+                         if package not in ("backends", "tools")}
 FORBIDDEN_THIRD_PARTY["strategies"] = {"ray", "networkx"}
 
 
@@ -76,8 +84,9 @@ def test_no_package_imports_one_above_it(package, path):
 
 
 def test_the_ray_actors_live_beside_the_ray_backend():
-    folder = ROOT / "platform" / "ray_backend"
-    assert {p.stem for p in folder.glob("*.py")} >= {"backend", "client_actor", "transport"}
+    folder = ROOT / "backends" / "ray"
+    assert {p.stem for p in folder.glob("*.py")} >= {"executor", "client_actor", "transport",
+                                                     "placement", "memory_plan"}
     assert not (ROOT / "actors").exists()
 
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models import params
 from decent.models.label_logits import last_token_logits
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import run
+from decent.run.runner import run
 from tests.helpers import tiny
 
 LORA = {"enabled": True, "r": 4, "alpha": 8}

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from decent.platform.cli import main
 from decent.strategies.base import Client
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.spes import SPESConfig
+from decent.tools.cli import main
 from tests.helpers import tiny
 
 VOCAB, SEQ = 7, 5

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 from tests.helpers import tiny
 
 LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 from decent.strategies.local_training import LRScheduleConfig
 from decent.tasks.prompted import best_threshold_accuracy
 from tests.helpers import tiny

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
+from decent.engine.evaluation import mean_model
 from decent.network.membership import ChurnConfig, ChurnEvent, Membership
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.evaluation import mean_model
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import make_backend, run
+from decent.run.runner import make_backend, run
+from decent.tools.cli import main
 from tests.helpers import KillsAnActor, rows_and_vectors, tiny
 
 EVENTS = [{"round": 2, "client": 3, "kind": "crash"}, {"round": 3, "client": 1,

@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models.registry import MODELS
 from decent.models.reward_model import rewards
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 from decent.tasks.corpora import load_corpus
 from decent.tasks.preference import hub_pairs, shakespeare_pairs
 from decent.tasks.registry import TASKS

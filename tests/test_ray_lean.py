@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from decent.core.errors import ConfigError, StrategyError
-from decent.platform.config import from_dict
-from decent.platform.group import ClientGroup
-from decent.platform.local_backend import LocalBackend
-from decent.platform.memory_plan import (
+from decent.backends.local import LocalBackend
+from decent.backends.ray.executor import placement
+from decent.backends.ray.memory_plan import (
     ACTOR_RUNTIME_MB,
     LM_LIBRARIES_MB,
     MB,
@@ -24,10 +22,12 @@ from decent.platform.memory_plan import (
     probe,
     probe_apart,
 )
-from decent.platform.plan import build_plan
-from decent.platform.ray_backend.backend import placement
-from decent.platform.sweep import Trial, size_actors
+from decent.core.errors import ConfigError, StrategyError
+from decent.engine.config import from_dict
+from decent.engine.group import ClientGroup
+from decent.engine.plan import build_plan
 from decent.strategies.registry import STRATEGIES
+from decent.tools.sweep import Trial, size_actors
 from tests.helpers import method_config, rows_and_vectors, tiny
 
 LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
@@ -73,7 +73,7 @@ def test_a_strategy_that_writes_its_frozen_weights_shares_nothing(tmp_path):
 
 
 def test_frozen_weights_are_one_copy_and_results_stay_bit_identical(tmp_path, ray_session):
-    from decent.platform.ray_backend.backend import RayBackend
+    from decent.backends.ray.executor import RayBackend
 
     base = lora_lm(tmp_path, n=4, rounds=2)
     local_rows, local_vectors = rows_and_vectors(from_dict(base))
@@ -121,7 +121,7 @@ def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_
     cfg = from_dict(lora_lm(tmp_path))
     box = tmp_path / "cfg.pkl"
     box.write_bytes(pickle.dumps(cfg))
-    code = ("import pickle, sys; from decent.platform.memory_plan import probe_apart; "
+    code = ("import pickle, sys; from decent.backends.ray.memory_plan import probe_apart; "
             "f = probe_apart(pickle.loads(open(sys.argv[1], 'rb').read())); "
             "print(repr(f)); print('transformers' in sys.modules, 'peft' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(box)], check=True,
@@ -203,7 +203,7 @@ def test_a_run_too_big_for_the_node_is_one_line_and_writes_nothing(tmp_path, cap
                                                                     ray_session):
     import yaml
 
-    from decent.platform.cli import main
+    from decent.tools.cli import main
 
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(tiny(tmp_path, backend="ray",
@@ -227,7 +227,7 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
     round (105 MB) where the other decodes 16 (the object-store pages of the 32 models it
     puts and fetches are not modelled: 25 %; without the graph's degrees the server's
     actor was estimated a third under); and tiny-llama with LoRA, its base shared."""
-    from decent.platform.ray_backend.backend import RayBackend
+    from decent.backends.ray.executor import RayBackend
 
     if case == "digits":
         cfg = tiny(tmp_path, topology={"name": "ring", "n": 32},
@@ -290,7 +290,7 @@ def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_pat
 
 
 def test_the_probe_beside_rays_start_reports_both_and_its_errors(tmp_path, monkeypatch):
-    from decent.platform.ray_backend import backend as ray_backend
+    from decent.backends.ray import backend as ray_backend
 
     cfg = from_dict(tiny(tmp_path))
     plan = build_plan(cfg)
@@ -314,7 +314,7 @@ def test_decent_run_on_ray_prints_the_plan_and_records_the_layout(tmp_path, caps
 
     import yaml
 
-    from decent.platform.cli import main
+    from decent.tools.cli import main
 
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(tiny(tmp_path, backend="ray", rounds=1,

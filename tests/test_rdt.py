@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.ray import direct, transport
+from decent.backends.ray.transport import INLINE_BYTES, EncodedTensor, Held
 from decent.core.messages import Declared, Message, wire_size
-from decent.platform.config import RayConfig, from_dict
-from decent.platform.ray_backend import direct, transport
-from decent.platform.ray_backend.transport import INLINE_BYTES, EncodedTensor, Held
-from decent.platform.runner import make_backend, resume, run
+from decent.engine.config import RayConfig, from_dict
+from decent.run.runner import make_backend, resume, run
 from tests.helpers import KillsAnActor, WrapsBackend, rows_and_vectors, run_capturing, tiny
 
 # the digits MLP with a hidden layer of 256: 19 210 values, 76 840 bytes a model, so every

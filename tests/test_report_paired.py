@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decent.platform.cli import main
-from decent.platform.report import find_runs, paired, value_at
+from decent.tools.cli import main
+from decent.tools.report import find_runs, paired, value_at
 
 
 def record(root: Path, name: str, strategy: dict, seed: int,

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from decent.platform.config import from_dict, load_config, to_yaml
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import run
+from decent.backends.local import LocalBackend
+from decent.engine.config import from_dict, load_config, to_yaml
+from decent.run.runner import run
 from tests.helpers import tiny
 
 
@@ -59,8 +59,8 @@ def test_every_shipped_experiment_config_is_valid():
     from pathlib import Path
 
     from decent.core.errors import ConfigError
-    from decent.platform.config import load_config
-    from decent.platform.runner import check
+    from decent.engine.config import load_config
+    from decent.run.runner import check
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     # (run records committed beside a report, under runs/, are what ran, not configs)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models import params
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.runner import check, run
+from decent.run.runner import check, run
 from decent.strategies.base import PhaseContext
 from decent.topologies import build_topology
 from decent.zo import mezo

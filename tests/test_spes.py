@@ -13,15 +13,15 @@ import pytest
 import torch
 import yaml
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
+from decent.engine.plan import build_plan
 from decent.models.expert_merging import merge_layer, merged, most_similar
 from decent.models.experts import ExpertMLP, SplitExperts
 from decent.models.router_losses import RouterLogits
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
-from decent.platform.plan import build_plan
 from decent.strategies.spes import SERVER
+from decent.tools.cli import main
 from tests.helpers import assert_ray_equals_local, moe_lm, rows_and_vectors
 
 # tiny-moe: 2 layers of 4 experts, each gate/up/down of 64 × 64 (no biases)
@@ -390,7 +390,7 @@ def test_lost_broadcasts_keep_old_versions_and_ray_equals_local(tmp_path, ray_se
 
 
 def test_a_checkpoint_stores_the_frozen_experts_once_per_process(tmp_path):
-    from decent.platform.runner import run
+    from decent.run.runner import run
 
     result = run(from_dict(spes(tmp_path, n=5, rounds=3,  # a checkpoint after round 1
                                 sections={"checkpoint": {"every": 2}})))

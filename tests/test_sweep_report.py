@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from decent.platform.cli import main
-from decent.platform.report import report
-from decent.platform.sweep import sweep
+from decent.tools.cli import main
+from decent.tools.report import report
+from decent.tools.sweep import sweep
 from tests.helpers import tiny
 
 
@@ -154,7 +154,7 @@ def test_columns_pivot_the_final_metric_over_one_key(swept, capsys):
 
 
 def test_a_diverged_run_is_counted_not_averaged():
-    from decent.platform.report import Run, final_cell
+    from decent.tools.report import Run, final_cell
 
     runs = [Run(Path("a"), {}, {"gmp_loss": v}, []) for v in (2.0, 3.0, float("nan"))]
     assert final_cell(runs, "gmp_loss") == "2.5 ± 0.71, 1/3 diverged"
@@ -164,8 +164,8 @@ def test_a_diverged_run_is_counted_not_averaged():
 def test_initial_evaluation_is_the_starting_model_and_survives_resume(tmp_path):
     """eval.initial: the summary's initial_* metrics are the untrained model's, also after
     a resume from a checkpoint."""
-    from decent.platform.config import from_dict
-    from decent.platform.runner import make_backend, resume, run
+    from decent.engine.config import from_dict
+    from decent.run.runner import make_backend, resume, run
 
     cfg = from_dict(tiny(tmp_path, rounds=4, eval={"every": 2, "per_client": False,
                                                    "initial": True},
@@ -187,9 +187,9 @@ def test_initial_evaluation_is_the_starting_model_and_survives_resume(tmp_path):
 def test_every_shipped_sweep_expands_into_valid_trials():
     """The sweeps under experiments/ (the paper's Table 2 grid among them) would start:
     every trial's config is built and checked, as `decent sweep` does first."""
-    from decent.platform.config import load_config
-    from decent.platform.runner import check
-    from decent.platform.sweep import expand, part_name
+    from decent.engine.config import load_config
+    from decent.run.runner import check
+    from decent.tools.sweep import expand, part_name
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     # hub models are not available offline: the OPT-architecture test model stands in

@@ -9,11 +9,11 @@ import json
 import pytest
 
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
+from decent.engine.plan import build_plan
 from decent.network.timing import Network, NetworkConfig, Spread
-from decent.platform.cli import main
-from decent.platform.config import from_dict
-from decent.platform.plan import build_plan
-from decent.platform.runner import run
+from decent.run.runner import run
+from decent.tools.cli import main
 from decent.topologies import TopologyConfig, build_topology
 from tests.helpers import tiny
 

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from decent.backends.local import LocalBackend
 from decent.core.errors import ConfigError
+from decent.engine.config import from_dict
 from decent.models.cnn import CNNConfig, build_cnn
-from decent.platform.config import from_dict
-from decent.platform.local_backend import LocalBackend
 from decent.tasks.partition import partition
 from tests.helpers import save_fake_cifar, tiny
 

@@ -1,7 +1,7 @@
 """Edge enforcement, byte accounting and deterministic inboxes.
 
 The router is the one place messages pass between clients. The local backend owns one
-in-process; on Ray the driver (:mod:`decent.platform.ray_backend.backend`) owns one and
+in-process; on Ray the driver (:mod:`decent.backends.ray.executor`) owns one and
 routes the actors' outboxes through it.
 Messages posted during a phase are held back until every client has finished that
 phase (:meth:`Router.advance`), then become the inboxes of the next phase. Injected wire

@@ -9,7 +9,7 @@ read from ``links_csv``; node caps come from ``up_mbps``/``down_mbps`` (``node_m
 sets both) or ``nodes_csv``.
 
 A phase is bulk-synchronous: each client computes (its compute time, see
-:mod:`decent.platform.compute`), then its messages leave; the phase ends when the slowest
+:mod:`decent.engine.compute`), then its messages leave; the phase ends when the slowest
 client has computed and the last message has arrived. Two models of the transfer:
 
 * ``maxmin`` (default) — the messages on one directed link form one flow that starts

@@ -10,11 +10,11 @@ import numpy as np
 
 from decent.core.messages import Message, messages_to
 from decent.core.stats import Stat
+from decent.engine.config import RunConfig
+from decent.engine.evaluation import combine, joiners, mean_model
+from decent.engine.group import ClientGroup, resolve_device
+from decent.engine.plan import RunPlan, build_plan
 from decent.network.router import RoundTraffic, Router
-from decent.platform.config import RunConfig
-from decent.platform.evaluation import combine, joiners, mean_model
-from decent.platform.group import ClientGroup, resolve_device
-from decent.platform.plan import RunPlan, build_plan
 
 
 class LocalBackend:

@@ -21,12 +21,12 @@ from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
 from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
+from decent.engine.compute import ComputeClock
+from decent.engine.config import RunConfig
+from decent.engine.plan import RunPlan, build_plan
 from decent.models.registry import MODELS
 from decent.network.faults import ATTACK_SALT, fault_seed
 from decent.network.membership import RoundMembers
-from decent.platform.compute import ComputeClock
-from decent.platform.config import RunConfig
-from decent.platform.plan import RunPlan, build_plan
 from decent.robust.attacks import Attack
 from decent.strategies.base import Client, PhaseContext
 from decent.tasks.base import Task

@@ -19,22 +19,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from decent.core.errors import ConfigError
-from decent.core.schema import at_least
 
 FORMAT = 1  # bumped whenever what a checkpoint holds changes
 POINTER = "checkpoint.json"
-
-
-@dataclass
-class CheckpointConfig:
-    every: int = at_least(0, 0)  # rounds between checkpoints; 0 = none
 
 
 def write(run_dir: Path, next_round: int, state: dict[str, Any], extra: dict[str, Any]) -> None:

@@ -17,13 +17,13 @@ from tqdm import tqdm
 
 from decent.core.errors import ActorLost, ConfigError
 from decent.core.stats import Stat, pooled_over_rounds, reduce_stats
+from decent.engine.config import RunConfig, load_config, to_yaml
+from decent.engine.evaluation import evaluated_metrics, lower_is_better
+from decent.engine.plan import RunPlan, build_plan
 from decent.network.router import RoundTraffic
-from decent.platform import checkpoint
-from decent.platform.config import RunConfig, load_config, to_yaml
-from decent.platform.evaluation import evaluated_metrics, lower_is_better
-from decent.platform.plan import RunPlan, build_plan
-from decent.platform.rundir import RunDir, check_out_dir
-from decent.platform.tracking import Tracker
+from decent.run import checkpoint
+from decent.run.rundir import RunDir, check_out_dir
+from decent.run.tracking import Tracker
 
 
 class Backend(Protocol):
@@ -91,10 +91,10 @@ def target_reached(cfg: RunConfig, row: dict[str, Any]) -> bool:
 
 def make_backend(cfg: RunConfig, plan: RunPlan | None = None) -> Backend:
     if cfg.backend == "ray":
-        from decent.platform.ray_backend.backend import RayBackend
+        from decent.backends.ray.executor import RayBackend
 
         return RayBackend(cfg, plan)
-    from decent.platform.local_backend import LocalBackend
+    from decent.backends.local import LocalBackend
 
     return LocalBackend(cfg, plan)
 

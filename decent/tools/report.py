@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from decent.core.errors import ConfigError
-from decent.platform.evaluation import lower_is_better
+from decent.engine.evaluation import lower_is_better
 
 IGNORED = ("name", "seed", "tracking.", "sweep.", "ray.")
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import ray
 
+from decent.backends.ray.transport import Held
 from decent.core.messages import Message
-from decent.platform.config import RayConfig
-from decent.platform.ray_backend.transport import Held
+from decent.engine.config import RayConfig
 
 # RDT's tensor transports and the collective backend each needs
 COLLECTIVE_BACKEND = {"gloo": "torch_gloo", "nccl": "nccl"}

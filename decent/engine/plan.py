@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decent.core.errors import ConfigError
+from decent.engine.config import RunConfig
 from decent.network.faults import WireFaults, byzantine_clients
 from decent.network.membership import Membership
 from decent.network.timing import Network
-from decent.platform.config import RunConfig
 from decent.strategies.base import Strategy
 from decent.strategies.registry import STRATEGIES
 from decent.topologies import Topology, build_topology

@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from decent.backends.ray.placement import placement
 from decent.core.errors import ConfigError
-from decent.platform.config import RunConfig
-from decent.platform.placement import placement
-from decent.platform.plan import RunPlan
+from decent.engine.config import RunConfig
+from decent.engine.plan import RunPlan
 
 # Every figure is proportional set size (PSS: a page shared by k processes counts 1/k in
 # each), so that the figures of a node's processes add up to what the node spends.
@@ -171,7 +171,7 @@ def optimiser_slots(opt: torch.optim.Optimizer) -> int:
 def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
     """Build the first and the last client as an actor would, run the first phase of
     round 0 for them (gradients and optimiser state then exist), measure, free."""
-    from decent.platform.group import ClientGroup
+    from decent.engine.group import ClientGroup
 
     cids = sorted({0, cfg.n - 1})
     group = ClientGroup(cfg, cids, torch.device("cpu"), plan)
@@ -227,8 +227,8 @@ def probe_apart(cfg: RunConfig) -> Footprint:
     with tempfile.TemporaryDirectory(prefix="decent-probe-") as folder:
         box = Path(folder) / "box.pkl"
         box.write_bytes(pickle.dumps(cfg))
-        done = subprocess.run([sys.executable, "-c", "import sys; from decent.platform."
-                               "memory_plan import probe_box; probe_box(sys.argv[1])",
+        done = subprocess.run([sys.executable, "-c", "import sys; from decent.backends."
+                               "ray.memory_plan import probe_box; probe_box(sys.argv[1])",
                                str(box)], check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the memory probe process exited with {done.returncode}")
@@ -241,7 +241,7 @@ def probe_apart(cfg: RunConfig) -> Footprint:
 def probe_box(path: str) -> None:
     """The probe process: read the config from ``path``, write back the footprint (or the
     error that stopped it)."""
-    from decent.platform.plan import build_plan
+    from decent.engine.plan import build_plan
 
     cfg = pickle.loads(Path(path).read_bytes())
     try:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from decent.platform.config import RunConfig, to_dict
+from decent.engine.config import RunConfig, to_dict
 
 
 class Tracker:

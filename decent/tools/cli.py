@@ -15,8 +15,8 @@ from decent.core.errors import ConfigError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from decent.platform.config import load_config
-    from decent.platform.runner import run
+    from decent.engine.config import load_config
+    from decent.run.runner import run
 
     cfg = load_config(args.config, args.overrides)
     report(run(cfg))
@@ -24,14 +24,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from decent.platform.runner import resume
+    from decent.run.runner import resume
 
     report(resume(args.run_dir))
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from decent.platform.sweep import sweep
+    from decent.tools.sweep import sweep
 
     index = sweep(args.config, args.grid or [], args.seeds, args.overrides, args.parallel,
                   args.dir)
@@ -45,7 +45,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from decent.platform.report import report as make_report
+    from decent.tools.report import report as make_report
 
     by = None if args.by is None else [k for k in args.by.split(",") if k]
     folder = make_report(args.paths, args.metric, by, args.out, args.columns, args.paired,

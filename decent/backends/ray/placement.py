@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from decent.platform.config import RayConfig
+from decent.engine.config import RayConfig
 
 
 def placement(n: int, clients_per_actor: int) -> list[list[int]]:

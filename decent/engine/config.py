@@ -33,11 +33,10 @@ from decent.core.schema import (
     text,
     validate_fields,
 )
+from decent.engine.compute import ComputeConfig
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
-from decent.platform.checkpoint import CheckpointConfig
-from decent.platform.compute import ComputeConfig
 from decent.topologies import TopologyConfig
 
 BACKENDS = ("local", "ray")
@@ -50,6 +49,11 @@ OBJECT_STORE_MIN_MB = 75
 
 
 TARGET_MODES = ("auto", "max", "min")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = at_least(0, 0)  # rounds between checkpoints; 0 = none
 
 
 @dataclass

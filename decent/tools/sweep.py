@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from decent.core.errors import ConfigError
-from decent.platform.config import RunConfig, load_config
+from decent.engine.config import RunConfig, load_config
 
 INDEX = "sweep.json"
 
@@ -100,7 +100,7 @@ def trial_resources(cfg: RunConfig) -> Any:
     driver = {"CPU": float(cfg.torch_threads)}
     if cfg.backend != "ray":
         return tune.PlacementGroupFactory([driver])
-    from decent.platform.placement import placement
+    from decent.backends.ray.placement import placement
 
     actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
         {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
@@ -112,7 +112,7 @@ def size_actors(trials: list[Trial], parallel: int | None,
                 resources: dict[str, float]) -> None:
     """Turn ``ray.clients_per_actor: auto`` into a number per trial: the trials that run at
     once share the cluster's actor slots (at least one actor each)."""
-    from decent.platform.placement import actor_slots
+    from decent.backends.ray.placement import actor_slots
 
     concurrent = min(len(trials), parallel or len(trials))
     for t in trials:
@@ -126,8 +126,8 @@ def run_trial(spec: dict[str, Any]) -> None:
     """A Tune function trainable: one decent run; its summary is the trial's result."""
     from ray import tune
 
-    from decent.platform.config import from_dict
-    from decent.platform.runner import run
+    from decent.engine.config import from_dict
+    from decent.run.runner import run
 
     os.chdir(spec["cwd"])  # Tune starts trials in their own folder: paths stay relative to
     result = run(from_dict(spec["config"]))  # where `decent sweep` was run
@@ -178,7 +178,7 @@ def sweep(path: str, grid_items: list[str], seeds: int | None, overrides: list[s
     common = [*overrides, f"tracking.out_dir={folder}", "tracking.progress=false",
               f"tracking.wandb.group={group}"]
     trials = expand(path, grid, seeds, common, base.seed)
-    from decent.platform.runner import check
+    from decent.run.runner import check
 
     for trial in trials:  # the graph exists, the method accepts it, the device is there
         check(trial.config)
@@ -208,8 +208,8 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
     """Run ``trials`` with Ray Tune; each one's final status."""
     from ray import tune
 
-    from decent.platform.config import to_dict
-    from decent.platform.ray_backend.backend import connect
+    from decent.backends.ray.executor import connect
+    from decent.engine.config import to_dict
 
     started = connect(base.ray)
     try:

@@ -19,14 +19,8 @@ import numpy as np
 import ray
 import torch
 
-from decent.core.errors import ActorLost, ConfigError
-from decent.core.messages import Message
-from decent.core.stats import Stat
-from decent.network.membership import ChurnConfig, Membership
-from decent.network.router import RoundTraffic, Router
-from decent.platform.config import RayConfig, RunConfig
-from decent.platform.evaluation import combine, joiners, mean_model
-from decent.platform.memory_plan import (
+from decent.backends.ray import direct, transport
+from decent.backends.ray.memory_plan import (
     Footprint,
     MemoryPlan,
     available_mb,
@@ -36,9 +30,15 @@ from decent.platform.memory_plan import (
     probe_apart,
     process_memory_mb,
 )
-from decent.platform.placement import actor_slots, balanced, placement
-from decent.platform.plan import RunPlan, build_plan, check_churn
-from decent.platform.ray_backend import direct, transport
+from decent.backends.ray.placement import actor_slots, balanced, placement
+from decent.core.errors import ActorLost, ConfigError
+from decent.core.messages import Message
+from decent.core.stats import Stat
+from decent.engine.config import RayConfig, RunConfig
+from decent.engine.evaluation import combine, joiners, mean_model
+from decent.engine.plan import RunPlan, build_plan, check_churn
+from decent.network.membership import ChurnConfig, Membership
+from decent.network.router import RoundTraffic, Router
 
 # Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
 # not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
@@ -135,7 +135,7 @@ def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
 
 class RayBackend:
     def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
-        from decent.platform.ray_backend.client_actor import ClientActor, DirectClientActor
+        from decent.backends.ray.client_actor import ClientActor, DirectClientActor
 
         self.cfg = cfg
         plan = plan or build_plan(cfg)

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import ray
 
+from decent.backends.ray import transport
+from decent.backends.ray.memory_plan import process_memory_mb, release_freed_memory
 from decent.core.messages import Message
 from decent.core.stats import Stat
+from decent.engine.config import RunConfig
+from decent.engine.group import ClientGroup, resolve_device
 from decent.network.membership import RoundMembers
-from decent.platform.config import RunConfig
-from decent.platform.group import ClientGroup, resolve_device
-from decent.platform.memory_plan import process_memory_mb, release_freed_memory
-from decent.platform.ray_backend import transport
 
 
 def views(frozen: dict[str, transport.EncodedTensor]) -> dict[str, Any]:

@@ -1,0 +1,2 @@
+"""Executors the engine runs clients on: in this process (:mod:`.local`) or on Ray
+actors (:mod:`.ray`)."""

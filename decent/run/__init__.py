@@ -1,0 +1,2 @@
+"""Run services: one run from a validated config to its run directory (runner), its
+checkpoints, the run directory itself and experiment tracking."""

@@ -1,0 +1,1 @@
+"""What a researcher types: the command line, sweeps and reports."""
