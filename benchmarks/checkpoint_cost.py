@@ -23,12 +23,12 @@ from pathlib import Path
 
 
 def measure(cfg_dict: dict, rounds: int, repeats: int) -> tuple[float, float, float, float]:
-    from decent.backends.local import LocalBackend
+    from decent.backends.local import local_engine
     from decent.engine.config import from_dict
     from decent.run import checkpoint
 
     cfg = from_dict(cfg_dict)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     for r in range(rounds):
         backend.run_round(r)
     times = []

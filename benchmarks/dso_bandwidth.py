@@ -25,7 +25,7 @@ import argparse
 import math
 import tempfile
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.compression.topk import kept
 from decent.engine.config import from_dict
 from decent.models import params
@@ -47,7 +47,7 @@ def one_step(compression: str, keep: float) -> tuple[list, dict]:
             "eval": {"every": 0, "per_client": False},
             "tracking": {"out_dir": out, "progress": False, "wandb": {"mode": "disabled"}},
         })
-        backend = LocalBackend(cfg)
+        backend = local_engine(cfg)
         sent = backend.record_messages()
         backend.run_round(0)
         sizes = {n: p.numel() for n, p in

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.compression import CompressionConfig, build_compressor
 from decent.core.messages import wire_size
 from decent.engine.config import from_dict
@@ -74,7 +74,7 @@ def per_round(rounds: int) -> None:
     }
     backends = {}
     for label, strategy in strategies.items():
-        backends[label] = LocalBackend(from_dict({
+        backends[label] = local_engine(from_dict({
             "name": "bench", "seed": 0, "rounds": rounds, "topology": {"name": "ring", "n": 8},
             "strategy": strategy,
             "task": {"name": "lm", "corpus": "shakespeare", "seq_len": 128,

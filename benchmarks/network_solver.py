@@ -22,7 +22,7 @@ import numpy as np
 
 
 def main() -> None:
-    from decent.backends.local import LocalBackend
+    from decent.backends.local import local_engine
     from decent.engine.config import from_dict
     from decent.network.timing import Network, NetworkConfig, Spread
 
@@ -40,7 +40,7 @@ def main() -> None:
         "tracking": {"out_dir": tempfile.mkdtemp(), "progress": False,
                      "wandb": {"mode": "disabled"}},
     })
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     round_s, edges = [], {}
     for r in range(args.repeats + 1):
         t0 = time.perf_counter()

@@ -42,7 +42,8 @@ def hidden_for(mb: float) -> int:
 
 def round_times(mb: float, transport: str, rounds: int, gpus: float, out: str) -> list[float]:
     from decent.engine.config import from_dict
-    from decent.run.runner import make_backend
+    from decent.engine.plan import build_plan
+    from decent.run.runner import make_engine
 
     cfg = from_dict({
         "name": "bench", "rounds": rounds, "backend": "ray",
@@ -55,7 +56,7 @@ def round_times(mb: float, transport: str, rounds: int, gpus: float, out: str) -
                 "num_gpus_per_actor": gpus, "memory_plan": False},
         "tracking": {"out_dir": out, "progress": False, "wandb": {"mode": "disabled"}},
     })
-    backend = make_backend(cfg)
+    backend = make_engine(cfg, build_plan(cfg))
     try:
         path = backend.layout["ray_payload_path"]
         assert path.startswith("rdt") == (transport == "rdt"), path

@@ -85,13 +85,13 @@ def train_once(method: str, nodes: int, threads: int) -> dict:
 
 def measured_bytes(method: str, nodes: int) -> tuple[float, float, int]:
     """Mean bytes per worker up and down in one round of small-moe; the model size."""
-    from decent.backends.local import LocalBackend
+    from decent.backends.local import local_engine
     from decent.engine.config import from_dict
 
     with tempfile.TemporaryDirectory() as out:
         cfg = config(method, nodes, "small-moe", out)
         cfg["strategy"]["local_steps"] = 1
-        backend = LocalBackend(from_dict(cfg))
+        backend = local_engine(from_dict(cfg))
         sent = backend.record_messages()
         backend.run_round(0)
         d = sum(p.numel() for p in backend.group.clients[0].model.parameters())

@@ -47,12 +47,19 @@ def save_fake_cifar(path: Path, train: int, test: int) -> Path:
     return path
 
 
-def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
-    """``fn(*args, backend=...)`` (the runner's ``run`` or ``resume``) on a fresh backend
-    for ``cfg``, and every client's state vector as the run left it."""
-    from decent.run.runner import make_backend
+def engine_for(cfg: Any) -> Any:
+    """The engine the runner would build for ``cfg`` (its backend's executor), with the
+    plan built here as the runner builds it."""
+    from decent.engine.plan import build_plan
+    from decent.run.runner import make_engine
 
-    backend = make_backend(cfg)
+    return make_engine(cfg, build_plan(cfg))
+
+
+def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
+    """``fn(*args, engine=...)`` (the runner's ``run`` or ``resume``) on a fresh engine
+    for ``cfg``, and every client's state vector as the run left it."""
+    backend = engine_for(cfg)
     vectors: dict[int, Any] = {}
     close = backend.close
 
@@ -61,7 +68,7 @@ def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
         close()
 
     backend.close = capture_then_close
-    return fn(*args, backend=backend), vectors
+    return fn(*args, engine=backend), vectors
 
 
 def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
@@ -74,7 +81,7 @@ def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
 
 
 class WrapsBackend:
-    """Stands in for a backend (every attribute read goes to it); subclasses change what
+    """Stands in for an engine (every attribute read goes to it); subclasses change what
     ``run_round`` does at round ``round_`` (e.g. kill an actor there)."""
 
     def __init__(self, backend: Any, round_: int) -> None:
@@ -85,14 +92,14 @@ class WrapsBackend:
 
 
 class KillsAnActor(WrapsBackend):
-    """Wraps a RayBackend: ray.kill()s its second actor (with 4 clients per actor, the one
+    """Wraps an engine on Ray: ray.kill()s its second actor (with 4 clients per actor, the one
     hosting clients 4..7) before ``round_``."""
 
     def run_round(self, r: int) -> Any:
         import ray
 
         if r == self.round:
-            ray.kill(self.backend.actors[1])
+            ray.kill(self.backend.executor.actors[1])
         return self.backend.run_round(r)
 
 

@@ -6,7 +6,7 @@ import pytest
 from decent.backends.ray.executor import actor_slots, balanced, groups_for, placement
 from decent.engine.config import from_dict
 from decent.run.runner import run
-from tests.helpers import run_capturing, tiny
+from tests.helpers import engine_for, run_capturing, tiny
 
 VOLATILE = {"wall_s"}
 
@@ -109,12 +109,10 @@ def test_an_explicit_clients_per_actor_wins(tmp_path):
 
 def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
         tmp_path, ray_session):
-    from decent.backends.ray.executor import RayBackend
-
     base = tiny(tmp_path, topology={"name": "ring", "n": 5})
-    backend = RayBackend(from_dict({**base, "backend": "ray"}))
+    backend = engine_for(from_dict({**base, "backend": "ray"}))
     try:
-        assert backend.groups == [[0, 1, 2], [3, 4]]  # the session has 2 CPUs
+        assert backend.executor.groups == [[0, 1, 2], [3, 4]]  # the session has 2 CPUs
     finally:
         backend.close()
     local_rows, local_vectors = rows_and_params(from_dict(base))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -15,7 +15,7 @@ from tests.helpers import tiny
 
 
 def run_rounds(cfg, rounds):
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     traffic = [backend.run_round(r)[1] for r in range(rounds)]
     return backend, traffic
 

@@ -10,13 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
-from decent.run.runner import make_backend, run
+from decent.run.runner import run
 from decent.strategies.combo import request_peers, segment_bounds
 from decent.tools.cli import main
-from tests.helpers import WrapsBackend, rows_and_vectors, tiny
+from tests.helpers import WrapsBackend, engine_for, rows_and_vectors, tiny
 
 D = 64 * 16 + 16 + 16 * 10 + 10  # the digits MLP with one hidden layer of 16: 1 210 values
 
@@ -38,7 +38,7 @@ class Recorder:
     local steps and every message the router accepted (bounced ones included)."""
 
     def __init__(self, cfg):
-        self.backend = LocalBackend(from_dict(cfg))
+        self.backend = local_engine(from_dict(cfg))
         self.sizes = {cid: len(c.data) for cid, c in self.backend.group.clients.items()}
         self.trained: dict[int, np.ndarray] = {}
         self.posted = self.backend.record_messages()
@@ -151,7 +151,7 @@ def test_bytes_per_round_match_the_closed_form(tmp_path, segments, replicas, wir
     n = 6
     cfg = combo(tmp_path, n=n, rounds=2, segments=segments, replicas=replicas,
                 wire_dtype=wire)
-    backend = LocalBackend(from_dict(cfg))
+    backend = local_engine(from_dict(cfg))
     for r in range(2):
         _, traffic = backend.run_round(r)
         assert traffic.bytes == n * (8 * segments * replicas
@@ -166,7 +166,7 @@ def test_sync_time_is_the_closed_form_when_the_pulls_are_symmetric(tmp_path):
     cfg = combo(tmp_path, n=7, rounds=1, segments=3, replicas=2)
     cfg["model"] = {"name": "mlp", "hidden": [15]}  # d = 1 135 values: 3 segments of 378 + 1
     cfg["network"] = {"link_mbps": 10, "node_mbps": 100}
-    backend = LocalBackend(from_dict(cfg))
+    backend = local_engine(from_dict(cfg))
     d = 64 * 15 + 15 + 15 * 10 + 10
     times = []
     advance = backend.router.advance
@@ -254,7 +254,7 @@ def test_combo_with_churn_is_the_same_on_both_backends(tmp_path, ray_session):
 
 
 class KillsMidRound(WrapsBackend):
-    """Wraps a RayBackend: in ``round_``, once every request of the round's "local" phase
+    """Wraps an engine on Ray: in ``round_``, once every request of the round's "local" phase
     is posted and before the phase closes, ray.kill()s the actor hosting clients 4..7."""
 
     def run_round(self, r):
@@ -267,7 +267,7 @@ class KillsMidRound(WrapsBackend):
 
         def kill_then_advance():
             router.advance = advance
-            ray.kill(self.backend.actors[1])
+            ray.kill(self.backend.executor.actors[1])
             advance()
 
         router.advance = kill_then_advance
@@ -283,7 +283,7 @@ def test_a_worker_killed_mid_round_loses_no_round(tmp_path, ray_session):
     # from this round): three retry phases cover both here
     cfg = from_dict({**combo(tmp_path, n=8, rounds=4, segments=3, replicas=2, retries=3),
                      "backend": "ray", "ray": {"clients_per_actor": 4}})
-    result = run(cfg, KillsMidRound(make_backend(cfg), 1))
+    result = run(cfg, KillsMidRound(engine_for(cfg), 1))
     rows = result.rows
     assert [r.get("live_clients") for r in rows] == [None, 4, 4, 4]  # at the round end
     # round 1: requests to clients 4..7 (sent before they died) came back and were sent
@@ -314,4 +314,4 @@ def test_bad_combo_settings_are_one_line(tmp_path, capsys, override, field):
 
 def test_replicas_above_the_peers_is_refused_at_build(tmp_path):
     with pytest.raises(ConfigError, match="replicas"):
-        make_backend(from_dict(combo(tmp_path, n=4, replicas=4)))
+        engine_for(from_dict(combo(tmp_path, n=4, replicas=4)))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.engine.config import from_dict
 from decent.models import params
 from decent.run.runner import run
@@ -22,7 +22,7 @@ def n_params(backend):
 def test_ring_bytes_per_round_closed_form(tmp_path, n, wire, width):
     cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": n}, strategy={
         "name": "dsgd", "local_steps": 1, "lr": 0.1, "wire_dtype": wire}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     d = n_params(backend)
     for r in range(3):
         _, traffic = backend.run_round(r)
@@ -35,7 +35,7 @@ def test_complete_graph_one_step_equals_centralized_sgd(tmp_path):
     n, batch, lr = 4, 8, 0.2
     cfg = from_dict(tiny(tmp_path, topology={"name": "complete", "n": n}, strategy={
         "name": "dsgd", "local_steps": 1, "batch_size": batch, "lr": lr}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     group = backend.group
     # Replay the same batches (same per-client generators) on one central model.
     central = copy.deepcopy(group.base_model)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.compression.error_feedback import ErrorFeedback
 from decent.compression.topk import TopKInt8
 from decent.core.errors import ConfigError
@@ -24,7 +24,8 @@ from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
 def dso(tmp_path, n=14, aggregators=4, rounds=2, sections=None, **strategy):
     return tiny(tmp_path, rounds=rounds,
                 topology={"name": "two_tier", "n": n, "aggregators": aggregators},
-                strategy={"name": "dso", "batch_size": 16, "lr": 0.1, "keep": 0.1,
+                strategy={"name": "dso", "batch_size": 16, "lr": 0.1,
+                          "compression": {"keep": 0.1},
                           "fanout": 2, "gossip_rounds": 2, "sensitivity_every": 5,
                           **strategy},
                 model={"name": "mlp", "hidden": [16]},
@@ -35,7 +36,7 @@ class Spy:
     """A LocalBackend and every message its router accepts."""
 
     def __init__(self, cfg):
-        self.backend = LocalBackend(from_dict(cfg))
+        self.backend = local_engine(from_dict(cfg))
         self.sent = self.backend.record_messages()
 
 
@@ -133,7 +134,7 @@ def test_a_committed_attack_changes_the_gradient_before_compression(tmp_path):
 
 
 def test_error_feedback_keeps_the_workers_whole_signal(tmp_path):
-    backend = LocalBackend(from_dict(dso(tmp_path, rounds=4, dp={"enabled": True})))
+    backend = local_engine(from_dict(dso(tmp_path, rounds=4, dp={"enabled": True})))
     worker = backend.group.clients[6]
     fed, got = [], []
     original = ErrorFeedback.compress
@@ -164,7 +165,7 @@ def test_error_feedback_keeps_the_workers_whole_signal(tmp_path):
 def test_the_privacy_spent_is_the_accountants_for_the_noise_used(tmp_path):
     rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, dp={
         "enabled": True, "clip": 1.0, "epsilon": 8.0, "delta": 1e-6})))
-    backend = LocalBackend(from_dict(dso(tmp_path)))
+    backend = local_engine(from_dict(dso(tmp_path)))
     sizes = [len(c.data) for c in backend.group.clients.values() if c.data is not None]
     backend.close()
     sigma = noise_std(1.0, 8.0, 1e-6, 10)  # N = the 10 workers
@@ -226,17 +227,17 @@ def test_dso_on_ray_equals_local(tmp_path, ray_session):
     assert_ray_equals_local(base, clients_per_actor=5)
 
 
-@pytest.mark.parametrize("compression", ["none", "topk", "topk_int8"])
+@pytest.mark.parametrize("compression", ["identity", "topk", "topk_int8"])
 def test_a_workers_upload_is_the_closed_form(tmp_path, compression):
     import math
 
-    spy = Spy(dso(tmp_path, rounds=1, compression=compression, keep=0.05))
+    spy = Spy(dso(tmp_path, rounds=1, compression={"name": compression, "keep": 0.05}))
     spy.backend.run_round(0)
     sizes = [p.numel() for p in params.trainable_params(
         spy.backend.group.clients[0].model).values()]
     spy.backend.close()
     ks = [max(1, math.ceil(0.05 * s)) for s in sizes]
-    payload = {"none": 4 * sum(sizes), "topk": sum(8 * k for k in ks),
+    payload = {"identity": 4 * sum(sizes), "topk": sum(8 * k for k in ks),
                "topk_int8": sum(5 * k + 4 for k in ks)}[compression]
     for worker in range(4, 14):  # 32 B commitment, then 16 B nonce + the payload
         mine = [m for m in spy.sent if m.src == worker]
@@ -282,9 +283,9 @@ def test_asynchronous_workers_reveal_every_period_with_their_gradients_age(tmp_p
         assert row["sim_compute_s"] == pytest.approx(
             max(1 / (p * s) for p, s in zip(PERIODS, WORKER_SPEEDS, strict=True)), rel=1e-12)
     flat = [a for ages in staleness for a in ages]
-    from decent.run.runner import summarize
+    from decent.run.summary import summarize_rows
 
-    summary = summarize(from_dict(dso(tmp_path, rounds=rounds)), rows, 0.0, "x")
+    summary = summarize_rows(from_dict(dso(tmp_path, rounds=rounds)), rows, 0.0, "x")
     assert summary["staleness_run"] == pytest.approx(np.mean(flat), rel=1e-12)
     # synchronous, the same fleet waits for its slowest worker every round
     rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=2,
@@ -312,7 +313,7 @@ def test_with_dp_the_kept_indices_do_not_depend_on_the_workers_private_data(tmp_
     # its own shard and once with worker 9's in its place, keeps the same entries.
     from types import SimpleNamespace
 
-    backend = LocalBackend(from_dict(dso(tmp_path, rounds=1, dp={"enabled": True})))
+    backend = local_engine(from_dict(dso(tmp_path, rounds=1, dp={"enabled": True})))
     group = backend.group
     worker, other = group.clients[6], group.clients[9]
     ctx = SimpleNamespace(task=group.task)
@@ -342,8 +343,8 @@ def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_p
     # gradient; the attacker (worker 5, scaling by −4) sends −4 × its raw gradient, which an
     # honest run without DP — the same batch from the same generator — sends unscaled
     clip = 0.01
-    raw = Spy(dso(tmp_path, rounds=1, compression="none"))
-    attacked = Spy(dso(tmp_path, rounds=1, compression="none",
+    raw = Spy(dso(tmp_path, rounds=1, compression={"name": "identity"}))
+    attacked = Spy(dso(tmp_path, rounds=1, compression={"name": "identity"},
                        dp={"enabled": True, "clip": clip},
                        sections={"faults": {"byzantine": [5],
                                             "attack": {"name": "scale", "factor": -4.0}}}))
@@ -385,7 +386,7 @@ def test_push_pull_coverage_closed_form():
 
 @pytest.mark.parametrize(("A", "f", "R", "rounds"), [(16, 4, 3, 24), (8, 2, 3, 30)])
 def test_gossip_coverage_per_round_is_the_push_pull_closed_form(tmp_path, A, f, R, rounds):
-    backend = LocalBackend(from_dict(dso(tmp_path, n=2 * A, aggregators=A, rounds=rounds,
+    backend = local_engine(from_dict(dso(tmp_path, n=2 * A, aggregators=A, rounds=rounds,
                                          fanout=f, gossip_rounds=R,
                                          sections={"eval": {"every": 1000}})))
     per_round = {k: [] for k in range(1, R + 1)}

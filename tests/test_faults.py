@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.messages import Declared, Message, Scalar, Seed, wire_size
 from decent.engine.config import from_dict
 from decent.network.faults import FaultsConfig, PartitionConfig, WireFaults, byzantine_clients
@@ -181,7 +181,7 @@ def test_byzantine_clients_from_a_fraction_of_the_data_holders():
 
 def test_a_byzantine_client_sends_the_attacked_payload_and_nothing_else_changes(tmp_path):
     def outgoing(faults):
-        backend = LocalBackend(from_dict(tiny(tmp_path, faults=faults)))
+        backend = local_engine(from_dict(tiny(tmp_path, faults=faults)))
         sent, _ = backend.group.run_phase(0, 0, "local", {})
         return {(m.src, m.dst): m.payload for m in sent}
 
@@ -205,7 +205,7 @@ def test_the_summary_names_the_byzantine_clients(tmp_path):
 
 # ---------------------------------------------------------------- strategies meet faults
 def test_gossip_keeps_a_lost_neighbours_weight_and_uses_the_newest_message(tmp_path):
-    backend = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 4})))
+    backend = local_engine(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 4})))
     group, strategy = backend.group, backend.strategy
     client = group.clients[0]
     ctx = group_ctx(group, "gossip")
@@ -230,7 +230,7 @@ def group_ctx(group, phase):
 def test_fedavg_server_keeps_its_model_when_every_delta_is_lost(tmp_path):
     cfg = tiny(tmp_path, rounds=2, topology={"name": "star", "n": 5},
                strategy={"name": "fedavg", "local_steps": 1}, faults={"drop": 1.0})
-    backend = LocalBackend(from_dict(cfg))
+    backend = local_engine(from_dict(cfg))
     before = backend.group.client_vectors()
     backend.run_round(0)
     np.testing.assert_array_equal(backend.group.client_vectors()[0], before[0])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -25,7 +25,7 @@ def star_cfg(tmp_path, name="fedavg", **strategy):
 ])
 def test_server_applies_outer_step_to_mean_delta(tmp_path, outer):
     cfg = star_cfg(tmp_path, local_steps=3, **outer)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     group = backend.group
     # Reference: replay each worker's local steps, average deltas, take the outer step.
     ref = copy.deepcopy(group.base_model)
@@ -57,7 +57,7 @@ def test_server_applies_outer_step_to_mean_delta(tmp_path, outer):
 
 
 def test_bytes_up_and_down(tmp_path):
-    backend = LocalBackend(star_cfg(tmp_path, local_steps=1))
+    backend = local_engine(star_cfg(tmp_path, local_steps=1))
     d = params.flat_vector(backend.group.base_model).size
     _, traffic = backend.run_round(0)
     assert traffic.edge_bytes == {**{(c, 0): 4 * d for c in range(1, 5)},
@@ -65,7 +65,7 @@ def test_bytes_up_and_down(tmp_path):
 
 
 def test_server_holds_no_data(tmp_path):
-    backend = LocalBackend(star_cfg(tmp_path))
+    backend = local_engine(star_cfg(tmp_path))
     assert backend.group.clients[0].data is None
     assert all(backend.group.clients[c].data is not None for c in range(1, 5))
 
@@ -92,11 +92,11 @@ def test_diloco_is_fedavg_with_its_optimisers(tmp_path):
     paper = {"optimizer": "adamw", "lr": 4e-4, "weight_decay": 0.1, "outer_lr": 0.7,
              "outer_momentum": 0.9, "outer_nesterov": True}
     shape = {"local_steps": 2, "batch_size": 8}
-    diloco = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
+    diloco = local_engine(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
                                          strategy={"name": "diloco", **shape})))
-    fedavg = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
+    fedavg = local_engine(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
                                          strategy={"name": "fedavg", **shape, **paper})))
-    plain = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
+    plain = local_engine(from_dict(tiny(tmp_path, topology={"name": "star", "n": 5},
                                         strategy={"name": "fedavg", **shape})))
     outer = diloco.group.clients[0].state.outer.param_groups[0]
     assert (outer["lr"], outer["momentum"], outer["nesterov"]) == (0.7, 0.9, True)
@@ -113,8 +113,8 @@ def test_diloco_is_fedavg_with_its_optimisers(tmp_path):
 
 
 def test_identity_with_error_feedback_changes_nothing(tmp_path):
-    plain = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2))
-    fed = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2,
+    plain = local_engine(star_cfg(tmp_path, name="diloco", local_steps=2))
+    fed = local_engine(star_cfg(tmp_path, name="diloco", local_steps=2,
                                 compression={"name": "identity", "error_feedback": True}))
     for r in range(3):
         plain.run_round(r)
@@ -126,7 +126,7 @@ def test_identity_with_error_feedback_changes_nothing(tmp_path):
 def test_compressed_upload_bytes_and_feedback_memory(tmp_path):
     import math
 
-    backend = LocalBackend(star_cfg(tmp_path, name="diloco", local_steps=2, compression={
+    backend = local_engine(star_cfg(tmp_path, name="diloco", local_steps=2, compression={
         "name": "topk", "keep": 0.05, "error_feedback": True}))
     live = params.trainable_params(backend.group.base_model)
     d = sum(p.numel() for p in live.values())

@@ -4,7 +4,7 @@ random matchings."""
 import numpy as np
 import pytest
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -26,9 +26,9 @@ def test_complete_graph_is_diloco_with_sgd_outer_step(tmp_path, eta, gasloc_extr
     """αλ = 1/n, γ = 0 on the complete graph: θ ← θ + η·mean(g), i.e. the server step of
     DiLoCo with outer SGD (lr η, no momentum); η = 1 is FedAvg."""
     inner = {"optimizer": "sgd", "lr": 0.1, "local_steps": 3, "batch_size": 8}
-    fedavg = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "star", "n": N + 1},
+    fedavg = local_engine(from_dict(tiny(tmp_path, topology={"name": "star", "n": N + 1},
                                          strategy={"name": "fedavg", "outer_lr": eta, **inner})))
-    gasloc = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "complete", "n": N},
+    gasloc = local_engine(from_dict(tiny(tmp_path, topology={"name": "complete", "n": N},
                                          strategy={"name": "gasloc", "outer_lr": eta,
                                                    "momentum": 0.0, **inner, **gasloc_extra})))
     # FedAvg's worker j+1 (vertex 0 is the server) and GASLoC's worker j: same shard, same RNG
@@ -47,8 +47,8 @@ def test_complete_graph_is_diloco_with_sgd_outer_step(tmp_path, eta, gasloc_extr
 
 def test_one_inner_step_is_dsgd(tmp_path):
     inner = {"optimizer": "sgd", "lr": 0.1, "local_steps": 1, "batch_size": 8}
-    dsgd = LocalBackend(from_dict(tiny(tmp_path, strategy={"name": "dsgd", **inner})))
-    gasloc = LocalBackend(from_dict(tiny(tmp_path, strategy={
+    dsgd = local_engine(from_dict(tiny(tmp_path, strategy={"name": "dsgd", **inner})))
+    gasloc = local_engine(from_dict(tiny(tmp_path, strategy={
         "name": "gasloc", "outer_lr": 1.0, "gossip_step": 1.0, "momentum": 0.0, **inner})))
     for r in range(5):
         dsgd.run_round(r)
@@ -67,7 +67,7 @@ def consensus_after(tmp_path, gamma, rounds):
         task={"name": "linear_regression", "dim": 20, "samples_per_client": 32},
         model={"name": "mlp", "hidden": []},
     ))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     for r in range(rounds):
         backend.run_round(r)
     return backend.evaluate(per_client=False)
@@ -86,9 +86,9 @@ def test_accelerated_reaches_lower_consensus_distance_on_a_ring(tmp_path):
 
 
 def test_heterogeneous_local_steps(tmp_path):
-    listed = LocalBackend(from_dict(tiny(tmp_path, strategy={
+    listed = local_engine(from_dict(tiny(tmp_path, strategy={
         "name": "gasloc", "local_steps": 5, "local_steps_per_worker": [1, 2, 3, 4, 5, 6]})))
-    drawn = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 12}, strategy={
+    drawn = local_engine(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 12}, strategy={
         "name": "gasloc", "local_steps": 8, "local_steps_min": 2})))
     for backend in (listed, drawn):
         backend.run_round(0)
@@ -100,14 +100,14 @@ def test_heterogeneous_local_steps(tmp_path):
         assert all(int(s) == 2 * steps[cid] for s in adam_steps)  # two outer steps of H_i
     hs = [c.state.H for c in drawn.group.clients.values()]
     assert all(2 <= h <= 8 for h in hs) and len(set(hs)) > 2
-    again = LocalBackend(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 12}, strategy={
+    again = local_engine(from_dict(tiny(tmp_path, topology={"name": "ring", "n": 12}, strategy={
         "name": "gasloc", "local_steps": 8, "local_steps_min": 2})))
     assert [c.state.H for c in again.group.clients.values()] == hs  # fixed by the seed
 
 
 @pytest.mark.parametrize(("topology", "most_peers"), [("one_peer", 1), ("two_peer", 2)])
 def test_random_matchings_are_redrawn_each_outer_step(tmp_path, topology, most_peers):
-    backend = LocalBackend(from_dict(tiny(tmp_path, topology={"name": topology, "n": 8},
+    backend = local_engine(from_dict(tiny(tmp_path, topology={"name": topology, "n": 8},
                                           strategy={"name": "gasloc", "local_steps": 1})))
     d = params.flat_vector(backend.group.base_model).size
     edge_sets = []

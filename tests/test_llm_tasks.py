@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -30,7 +30,7 @@ def prompted(tmp_path, data_dir, name="sst2", n=4, lora=None, **task):
 
 
 def test_sst2_split_prompt_and_label_words(tmp_path, data_dir):
-    backend = LocalBackend(from_dict(prompted(tmp_path, data_dir)))
+    backend = local_engine(from_dict(prompted(tmp_path, data_dir)))
     task = backend.group.task
     assert len(task.train) == 32 and len(task.held_out) == 16
     # byte tokenizer: " terrible"/" great" share the leading space, which joins the prompt
@@ -50,7 +50,7 @@ def test_sst2_split_prompt_and_label_words(tmp_path, data_dir):
     ("rte", "Does this mean that"), ("boolq", "?"),
 ])
 def test_superglue_prompts(tmp_path, data_dir, name, phrase):
-    backend = LocalBackend(from_dict(prompted(tmp_path, data_dir, name=name)))
+    backend = local_engine(from_dict(prompted(tmp_path, data_dir, name=name)))
     task = backend.group.task
     ids, mask, _ = task.held_out.rows(torch.arange(1))
     text = bytes(ids[0, : int(mask[0].sum())].tolist()).decode(errors="replace")
@@ -60,7 +60,7 @@ def test_superglue_prompts(tmp_path, data_dir, name, phrase):
 
 def test_lora_dsgd_sends_only_adapters_and_shares_the_base(tmp_path, data_dir):
     cfg = from_dict(prompted(tmp_path, data_dir, lora=LORA))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     clients = backend.group.clients
     base_before = {k: v.clone() for k, v in clients[0].model.state_dict().items()
                    if "lora_" not in k}
@@ -88,7 +88,7 @@ def test_prompted_run_through_the_runner_learns_gmp(tmp_path, data_dir):
     cfg["rounds"] = 6
     cfg["strategy"]["lr"] = 0.5
     config = from_dict(cfg)
-    backend = LocalBackend(config)
+    backend = local_engine(config)
     task, group = backend.group.task, backend.group
 
     def train_loss() -> float:
@@ -111,13 +111,13 @@ def test_prompted_task_needs_a_language_model(tmp_path, data_dir):
     cfg = prompted(tmp_path, data_dir)
     cfg["model"] = {"name": "mlp"}
     with pytest.raises(ConfigError) as err:
-        LocalBackend(from_dict(cfg))
+        local_engine(from_dict(cfg))
     assert err.value.field == "model.name"
 
 
 def test_too_few_training_examples(tmp_path, data_dir):
     with pytest.raises(ConfigError) as err:
-        LocalBackend(from_dict(prompted(tmp_path, data_dir, name="rte", num_train=5000)))
+        local_engine(from_dict(prompted(tmp_path, data_dir, name="rte", num_train=5000)))
     assert err.value.field == "task.num_train"
 
 
@@ -134,7 +134,7 @@ def lm_cfg(tmp_path, rounds=2, **task):
 
 
 def test_lm_sequences_split_and_partition(tmp_path):
-    backend = LocalBackend(from_dict(lm_cfg(tmp_path)))
+    backend = local_engine(from_dict(lm_cfg(tmp_path)))
     task = backend.group.task
     assert task.num_tokens == 40_000
     n_seq = 40_000 // 32

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.engine.config import from_dict
 from decent.models import params
 from tests.helpers import tiny
@@ -23,7 +23,7 @@ STRATEGIES = {
 
 
 def lora_backend(tmp_path, strategy):
-    return LocalBackend(from_dict(tiny(
+    return local_engine(from_dict(tiny(
         tmp_path, topology={"name": "ring", "n": 3}, strategy=strategy,
         task={"name": "lm", "corpus": "shakespeare", "seq_len": 32, "max_tokens": 20_000,
               "max_eval_sequences": 8},

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -63,7 +63,7 @@ def test_workers_step_at_the_scheduled_lr(tmp_path):
     """A worker's local phase, replayed as plain SGD at lr · factor(round · H + i)."""
     from decent.strategies.base import PhaseContext
 
-    backend = LocalBackend(diloco_cfg(tmp_path, name="cosine", warmup_steps=4))
+    backend = local_engine(diloco_cfg(tmp_path, name="cosine", warmup_steps=4))
     group = backend.group
     worker = group.clients[1]
     ref = copy.deepcopy(worker.model)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import yaml
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.engine.evaluation import mean_model
 from decent.network.membership import ChurnConfig, ChurnEvent, Membership
-from decent.run.runner import make_backend, run
+from decent.run.runner import run
 from decent.tools.cli import main
-from tests.helpers import KillsAnActor, rows_and_vectors, tiny
+from tests.helpers import KillsAnActor, engine_for, rows_and_vectors, tiny
 
 EVENTS = [{"round": 2, "client": 3, "kind": "crash"}, {"round": 3, "client": 1,
                                                         "kind": "leave"},
@@ -102,7 +102,7 @@ def test_a_fedavg_worker_may_leave(tmp_path):
 
 def test_absent_clients_do_not_run_and_messages_to_a_crashed_one_come_back(tmp_path):
     cfg = from_dict(tiny(tmp_path, rounds=6, churn={"events": EVENTS, "absent": [5]}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     before = backend.group.client_vectors()
     undeliverable, frozen = [], {}
     for r in range(6):
@@ -124,7 +124,7 @@ def test_absent_clients_do_not_run_and_messages_to_a_crashed_one_come_back(tmp_p
 def test_a_joiner_starts_from_the_mean_of_its_present_neighbours(tmp_path):
     cfg = from_dict(tiny(tmp_path, rounds=3, churn={"absent": [2], "events": [
         {"round": 2, "client": 2, "kind": "join"}]}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     for r in range(2):
         backend.run_round(r)
     vectors = backend.group.vectors([1, 3])
@@ -148,7 +148,7 @@ def test_a_joiner_starts_from_the_mean_of_its_present_neighbours(tmp_path):
 def test_metrics_cover_the_present_clients_only(tmp_path):
     cfg = from_dict(tiny(tmp_path, rounds=3, eval={"every": 1, "per_client": False},
                          churn={"events": [{"round": 1, "client": 4, "kind": "leave"}]}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     backend.run_round(0)
     backend.run_round(1)
     present = [0, 1, 2, 3, 5]
@@ -177,7 +177,7 @@ def test_a_killed_client_actor_takes_its_clients_down_and_the_run_goes_on(
     cfg = from_dict(tiny(tmp_path, rounds=5, topology={"name": "ring", "n": 8},
                          backend="ray", ray={"clients_per_actor": 4},
                          eval={"every": 1, "per_client": True}))
-    result = run(cfg, KillsAnActor(make_backend(cfg), 2))
+    result = run(cfg, KillsAnActor(engine_for(cfg), 2))
     live = [r.get("live_clients") for r in result.rows]
     assert live[:2] == [None, None] and live[2:] == [4, 4, 4]
     assert all(math.isfinite(r["gmp_loss"]) for r in result.rows)
@@ -189,7 +189,7 @@ def test_a_method_that_cannot_take_a_real_crash_stops_with_one_line(tmp_path, ra
                          strategy={"name": "seedflood"}, backend="ray",
                          ray={"clients_per_actor": 4}))
     with pytest.raises(ConfigError) as err:
-        run(cfg, KillsAnActor(make_backend(cfg), 1))
+        run(cfg, KillsAnActor(engine_for(cfg), 1))
     assert "client 4 crashes at round 1, but strategy 'seedflood'" in str(err.value)
 
 
@@ -201,7 +201,7 @@ def test_a_killed_actor_can_restart_the_run_from_its_checkpoint(tmp_path, ray_se
     reference, _ = rows_and_vectors(from_dict(base))  # eval every round: GMP + consensus
     cfg = from_dict({**base, "backend": "ray",
                      "ray": {"clients_per_actor": 4, "on_actor_death": "restart"}})
-    backend = KillsAnActor(make_backend(cfg), 3)
+    backend = KillsAnActor(engine_for(cfg), 3)
     result = run(cfg, backend)
     assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
     logged = (result.run_dir / "metrics.jsonl").read_text().splitlines()

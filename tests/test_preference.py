@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models.registry import MODELS
@@ -29,7 +29,7 @@ def aso(tmp_path, n=6, rounds=2, **sections):
     cfg = tiny(tmp_path, rounds=rounds,
                topology={"name": "two_tier", "n": n, "aggregators": 1},
                strategy={"name": "dso", "batch_size": 4, "optimizer": "adamw", "lr": 3e-3,
-                         "keep": 0.05, "gossip_rounds": 1, "sensitivity_every": 50},
+                         "compression": {"keep": 0.05}, "gossip_rounds": 1, "sensitivity_every": 50},
                task={"name": "preference", "max_pairs": 120, "max_len": 48,
                      "max_eval_pairs": 16},
                model={"name": "reward_model", "path": "tiny-llama"},
@@ -133,12 +133,12 @@ def test_the_hub_offline_is_one_line(hub_offline):  # noqa: F811
 ])
 def test_bad_preference_settings_are_config_errors(tmp_path, change, field):
     with pytest.raises(ConfigError) as err:
-        LocalBackend(from_dict(aso(tmp_path, **change)))
+        local_engine(from_dict(aso(tmp_path, **change)))
     assert err.value.field == field and "\n" not in err.value.message
 
 
 def test_reward_model_gradients_go_through_dso(tmp_path):
-    backend = LocalBackend(from_dict(aso(tmp_path)))
+    backend = local_engine(from_dict(aso(tmp_path)))
     sent = backend.record_messages()
     backend.run_round(0)
     reveals = [m for m in sent if m.tag == "reveal"]
@@ -157,7 +157,7 @@ def test_aso_on_ray_equals_local(tmp_path, ray_session):
 
 def test_a_lora_reward_model_trains_its_adapters_and_its_head(tmp_path):
     lora = {"name": "reward_model", "path": "tiny-llama", "lora": {"enabled": True}}
-    backend = LocalBackend(from_dict(aso(tmp_path, model=lora)))
+    backend = local_engine(from_dict(aso(tmp_path, model=lora)))
     sent = backend.record_messages()
     backend.run_round(0)
     model = backend.group.clients[1].model

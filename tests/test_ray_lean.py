@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.backends.ray.executor import placement
 from decent.backends.ray.memory_plan import (
     ACTOR_RUNTIME_MB,
@@ -28,7 +28,7 @@ from decent.engine.group import ClientGroup
 from decent.engine.plan import build_plan
 from decent.strategies.registry import STRATEGIES
 from decent.tools.sweep import Trial, size_actors
-from tests.helpers import method_config, rows_and_vectors, tiny
+from tests.helpers import engine_for, method_config, rows_and_vectors, tiny
 
 LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
         "target_modules": ["q_proj", "v_proj"]}
@@ -46,7 +46,7 @@ def lora_lm(tmp_path, n=4, **sections):
 # ---------------------------------------------------------------- shared frozen weights
 def test_adopting_frozen_weights_moves_every_replica_onto_them(tmp_path):
     cfg = from_dict(lora_lm(tmp_path, n=3))
-    group = ClientGroup(cfg, [0, 1, 2], torch.device("cpu"))
+    group = ClientGroup(cfg, [0, 1, 2], torch.device("cpu"), build_plan(cfg))
     frozen = group.shareable()
     assert frozen and all(not p.requires_grad for n, p in group.base_model.named_parameters()
                           if n in frozen)
@@ -69,18 +69,16 @@ def test_a_strategy_that_writes_its_frozen_weights_shares_nothing(tmp_path):
                          task={"name": "lm", "corpus": "shakespeare", "seq_len": 16,
                                "max_tokens": 4_000, "max_eval_sequences": 4},
                          model={"name": "causal_lm", "path": "tiny-llama"}))
-    assert ClientGroup(cfg, [0], torch.device("cpu")).shareable() == {}
+    assert ClientGroup(cfg, [0], torch.device("cpu"), build_plan(cfg)).shareable() == {}
 
 
 def test_frozen_weights_are_one_copy_and_results_stay_bit_identical(tmp_path, ray_session):
-    from decent.backends.ray.executor import RayBackend
-
     base = lora_lm(tmp_path, n=4, rounds=2)
     local_rows, local_vectors = rows_and_vectors(from_dict(base))
     ray_cfg = from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": 2}})
-    backend = RayBackend(ray_cfg)
+    backend = engine_for(ray_cfg)
     try:
-        group = ClientGroup(ray_cfg, [0], torch.device("cpu"))
+        group = ClientGroup(ray_cfg, [0], torch.device("cpu"), build_plan(ray_cfg))
         frozen_bytes = sum(t.numel() * t.element_size() for t in group.shareable().values())
         assert backend.layout["ray_shared_frozen_mb"] == round(frozen_bytes / MB, 1) > 0
         assert backend.layout["ray_actors"] == 2
@@ -122,7 +120,8 @@ def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_
     box = tmp_path / "cfg.pkl"
     box.write_bytes(pickle.dumps(cfg))
     code = ("import pickle, sys; from decent.backends.ray.memory_plan import probe_apart; "
-            "f = probe_apart(pickle.loads(open(sys.argv[1], 'rb').read())); "
+            "from decent.engine.plan import build_plan; "
+            "c = pickle.loads(open(sys.argv[1], 'rb').read()); f = probe_apart(c, build_plan(c)); "
             "print(repr(f)); print('transformers' in sys.modules, 'peft' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(box)], check=True,
                          capture_output=True, text=True).stdout.splitlines()
@@ -133,7 +132,7 @@ def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_
     wrong = lora_lm(tmp_path)
     wrong["model"]["lora"] = {**LORA, "target_modules": ["no_such_proj"]}
     with pytest.raises(ConfigError) as err:
-        probe_apart(from_dict(wrong))
+        probe_apart(from_dict(wrong), build_plan(from_dict(wrong)))
     assert err.value.field == "model.lora.target_modules"
     assert "has no module named no_such_proj" in err.value.message
 
@@ -227,8 +226,6 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
     round (105 MB) where the other decodes 16 (the object-store pages of the 32 models it
     puts and fetches are not modelled: 25 %; without the graph's degrees the server's
     actor was estimated a third under); and tiny-llama with LoRA, its base shared."""
-    from decent.backends.ray.executor import RayBackend
-
     if case == "digits":
         cfg = tiny(tmp_path, topology={"name": "ring", "n": 32},
                    strategy={"name": "dsgd", "local_steps": 1, "batch_size": 8, "lr": 0.01,
@@ -242,16 +239,16 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
         cfg = lora_lm(tmp_path, n=8)
     cfg = from_dict({**cfg, "backend": "ray", "eval": {"every": 0, "per_client": False},
                      "ray": {"clients_per_actor": -(-cfg["topology"]["n"] // 2)}})
-    backend = RayBackend(cfg)
+    backend = engine_for(cfg)
     try:
         for r in range(3):
             backend.run_round(r)
         measured = [m["pss"] for m in ray_session.get([a.memory_mb.remote()
-                                                       for a in backend.actors])]
-        estimates = backend.memory.actors_pss_mb
+                                                       for a in backend.executor.actors])]
+        estimates = backend.executor.memory.actors_pss_mb
     finally:
         backend.close()
-    assert backend.memory.actor_pss_mb == max(estimates)
+    assert backend.executor.memory.actor_pss_mb == max(estimates)
     for pss, estimate in zip(measured, estimates, strict=True):
         assert abs(pss - estimate) <= tolerance * pss, (measured, estimates)
 
@@ -268,10 +265,10 @@ def test_a_sweep_turns_auto_into_a_number_per_trial(tmp_path):
     assert local.ray.clients_per_actor == "auto"  # not a Ray run: left alone
 
 
-@pytest.mark.parametrize("name", [n for n in STRATEGIES.names
-                                  if STRATEGIES.entry(n).build.frozen_weights_read_only])
+# SPES's frozen weights are SharedTensors.frozen == "private": none is ever mapped
+@pytest.mark.parametrize("name", [n for n in STRATEGIES.names if n != "spes"])
 def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_path, name):
-    """What ``frozen_weights_read_only`` promises, run: every frozen tensor of the process
+    """What the default ``SharedTensors`` promises, run: every frozen tensor of the process
     (the LoRA base; SubCGE's W for SeedFlood) is bit for bit what it was after two rounds."""
     cfg = method_config(tmp_path, name, 4)
     lm = name == "seedflood"  # SubCGE freezes the whole model itself
@@ -279,7 +276,7 @@ def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_pat
                                "max_tokens": 4_000, "max_eval_sequences": 4},
                model={"name": "causal_lm", "path": "tiny-llama",
                       **({} if lm else {"lora": LORA})})
-    backend = LocalBackend(from_dict(cfg))
+    backend = local_engine(from_dict(cfg))
     frozen = {k: t.clone() for k, t in backend.group.shareable().items()}
     assert frozen
     for r in range(2):

@@ -15,8 +15,15 @@ from decent.backends.ray import direct, transport
 from decent.backends.ray.transport import INLINE_BYTES, EncodedTensor, Held
 from decent.core.messages import Declared, Message, wire_size
 from decent.engine.config import RayConfig, from_dict
-from decent.run.runner import make_backend, resume, run
-from tests.helpers import KillsAnActor, WrapsBackend, rows_and_vectors, run_capturing, tiny
+from decent.run.runner import resume, run
+from tests.helpers import (
+    KillsAnActor,
+    WrapsBackend,
+    engine_for,
+    rows_and_vectors,
+    run_capturing,
+    tiny,
+)
 
 # the digits MLP with a hidden layer of 256: 19 210 values, 76 840 bytes a model, so every
 # model a DSGD client sends is large enough (≥ 64 KiB) to be kept by its sender
@@ -84,7 +91,7 @@ def test_auto_moves_gpu_payloads_with_nccl_and_cpu_payloads_through_the_store(
 
 
 class Watches(WrapsBackend):
-    """Wraps a RayBackend: counts RDT hand-overs, and at the end compares what every
+    """Wraps an engine on Ray: counts RDT hand-overs, and at the end compares what every
     actor still keeps with what the messages in flight refer to."""
 
     def __init__(self, backend):
@@ -96,7 +103,7 @@ class Watches(WrapsBackend):
         self.kept: dict[int, list[int]] = {}
         self.needed: dict[int, list[int]] = {}
         self.dropping: dict[int, list[int]] = {}
-        hand_overs = backend.direct.hand_overs
+        hand_overs = backend.executor.direct.hand_overs
 
         def counting(actors, receiver, inbox):
             keys: dict[int, set[int]] = {}
@@ -109,17 +116,17 @@ class Watches(WrapsBackend):
             self.most_per_call = max(self.most_per_call, len(refs))
             return refs
 
-        backend.direct.hand_overs = counting
+        backend.executor.direct.hand_overs = counting
 
     def close(self):
         import ray
 
-        for i, keys in enumerate(ray.get([a.held_keys.remote() for a in self.actors])):
+        for i, keys in enumerate(ray.get([a.held_keys.remote() for a in self.executor.actors])):
             self.kept[i] = keys
         for msg in self.router.in_flight():
             if isinstance(msg.payload, Held):
                 self.needed.setdefault(msg.payload.actor, []).append(msg.payload.key)
-        self.dropping = dict(self.direct.releases)  # at each actor's next call
+        self.dropping = dict(self.executor.direct.releases)  # at each actor's next call
         self.backend.close()
 
 
@@ -127,7 +134,7 @@ def test_payloads_over_gloo_are_the_local_run_bit_for_bit(tmp_path, ray_session)
     base = big_ring(tmp_path)
     local_rows, local_vectors = rows_and_vectors(from_dict(base))
     cfg = over_rdt(base)  # 3 actors × 2 clients: every ring edge between actors is used
-    watched = Watches(make_backend(cfg))
+    watched = Watches(engine_for(cfg))
     vectors: dict[int, np.ndarray] = {}
     close = watched.close
 
@@ -164,7 +171,7 @@ def test_each_actor_takes_one_model_from_each_neighbouring_actor_per_gossip(
     (a client's one model object, sent to both its neighbours, kept once)."""
     base = tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 6}, model=BIG)
     cfg = over_rdt(base)
-    watched = Watches(make_backend(cfg))
+    watched = Watches(engine_for(cfg))
     run(cfg, watched)
     expected = [(k, {(k - 1) % 3: 1, (k + 1) % 3: 1}) for _ in range(3) for k in range(3)]
     assert [call for call in watched.calls if call[1]] == expected
@@ -208,7 +215,7 @@ def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(tmp_path, 
     reference, _ = rows_and_vectors(from_dict(base))
     cfg = over_rdt(base)
     assert cfg.ray.on_actor_death == "churn"
-    result = run(cfg, KillsAnActor(make_backend(cfg), 3))
+    result = run(cfg, KillsAnActor(engine_for(cfg), 3))
     assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
 
 

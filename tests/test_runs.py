@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.engine.config import from_dict, load_config, to_yaml
 from decent.run.runner import run
 from tests.helpers import tiny
@@ -32,7 +32,7 @@ def test_run_directory_contents(tmp_path):
 
 def test_failed_run_is_marked_failed_not_partial(tmp_path):
     cfg = from_dict(tiny(tmp_path, rounds=3))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
 
     def explode(round_):
         raise RuntimeError("boom")

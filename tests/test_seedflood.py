@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models import params
@@ -52,7 +52,7 @@ def sent_updates(backend):
 @pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: f"{t['name']}{t['n']}")
 def test_full_flooding_is_perfect_consensus(tmp_path, topology, estimator):
     cfg = flood_cfg(tmp_path, topology, estimator=estimator)
-    backend = run_rounds(LocalBackend(cfg), 1)
+    backend = run_rounds(local_engine(cfg), 1)
     n = cfg.n
     vectors = backend.client_vectors()
     first = vectors[0]
@@ -61,13 +61,13 @@ def test_full_flooding_is_perfect_consensus(tmp_path, topology, estimator):
     for client in backend.group.clients.values():  # each update applied exactly once
         assert sorted((o, t) for o, t, _ in client.state.log) == [(o, 0) for o in range(n)]
     # ... and equal to applying all n updates centrally to the initial model
-    central = LocalBackend(cfg)
+    central = local_engine(cfg)
     updates = sent_updates(backend)
     assert len(updates) == n
     replica = central.group.clients[0].state.replica
     central.group.shared.estimator.apply(replica, updates)
     np.testing.assert_array_equal(replica.vector(), first)
-    untouched = LocalBackend(cfg).group.clients[0].state.replica.vector()
+    untouched = local_engine(cfg).group.clients[0].state.replica.vector()
     assert np.abs(first - untouched).max() > 0  # it did move
 
 
@@ -90,7 +90,7 @@ def test_delayed_flooding_applies_each_update_at_the_exact_iteration(tmp_path, t
     name, n = topology
     rounds = 7
     cfg = flood_cfg(tmp_path, {"name": name, "n": n}, rounds=rounds, hops=k)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     assert backend.group.strategy.phases(0) == ("compute", *["forward"] * (k - 1), "apply")
     run_rounds(backend, rounds)
     dist = distances(cfg)
@@ -111,7 +111,7 @@ def test_bytes_per_directed_edge_match_the_closed_form(tmp_path, topology, k):
     name, n = topology
     rounds = 7
     cfg = flood_cfg(tmp_path, {"name": name, "n": n}, rounds=rounds, hops=k)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     graph = build_topology(cfg.topology).graph(0)
     dist = distances(cfg)
     diam = max(max(row.values()) for row in dist.values())
@@ -131,7 +131,7 @@ def test_bytes_per_directed_edge_match_the_closed_form(tmp_path, topology, k):
 def test_full_flooding_bytes_per_edge(tmp_path, topology):
     """k = D: from the first iteration on, u sends 12 B per origin closer than D."""
     cfg = flood_cfg(tmp_path, topology, rounds=2)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     graph = build_topology(cfg.topology).graph(0)
     dist = distances(cfg)
     diam = max(max(row.values()) for row in dist.values())
@@ -168,7 +168,7 @@ def test_refresh_drains_folds_and_resynchronises(tmp_path):
     makes D sends, so everything arrives, and the refresh rebuilds every replica from the
     same history in one canonical order: bit-identical again."""
     cfg = flood_cfg(tmp_path, {"name": "ring", "n": 8}, rounds=7, hops=1, refresh_every=3)
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     strategy = backend.group.strategy
     assert strategy.phases(1) == ("compute", "apply")
     assert strategy.phases(2) == ("compute", *["forward"] * 3, "apply")  # drain: D = 4 sends
@@ -199,7 +199,7 @@ def test_refresh_drains_folds_and_resynchronises(tmp_path):
 
 
 def test_subcge_replicas_share_big_weights_not_buffers(tmp_path):
-    backend = LocalBackend(flood_cfg(tmp_path, {"name": "ring", "n": 4}))
+    backend = local_engine(flood_cfg(tmp_path, {"name": "ring", "n": 4}))
     clients = list(backend.group.clients.values())
     w = [c.model[0].weight.data_ptr() for c in clients]
     b = [c.model[0].bias.data_ptr() for c in clients]
@@ -265,7 +265,7 @@ def test_shared_randomness_gossip_grows_with_t(tmp_path):
                          strategy={"name": "seed_gossip", "lr": 0.05, "batch_size": 16},
                          model={"name": "mlp", "hidden": [16]},
                          eval={"every": 0, "per_client": False}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     per_round = []
     for r in range(rounds):
         _, traffic = backend.run_round(r)
@@ -277,7 +277,7 @@ def test_shared_randomness_gossip_grows_with_t(tmp_path):
     assert all(rounds < size <= n * rounds for size in sizes)
     client = backend.group.clients[0]
     # the model is exactly θ_0 − Σ c z rebuilt from its coefficient list
-    rebuilt = LocalBackend(cfg).group.clients[0].model
+    rebuilt = local_engine(cfg).group.clients[0].model
     coefs = [(s, float(np.float32(c))) for s, c in sorted(client.state.coef.items())]
     mezo.apply_updates(list(params.trainable_params(rebuilt).values()), coefs)
     np.testing.assert_array_equal(params.flat_vector(rebuilt), params.flat_vector(client.model))

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.engine.plan import build_plan
@@ -60,7 +60,7 @@ def test_every_expert_is_owned_exactly_once(tmp_path, partition, experts, worker
 
 
 def test_workers_train_exactly_the_experts_the_partition_gives_them(tmp_path):
-    backend = LocalBackend(from_dict(spes(tmp_path, n=3, partition="explicit",
+    backend = local_engine(from_dict(spes(tmp_path, n=3, partition="explicit",
                                           expert_owner=[2, 1, 1, 2])))
     for cid, own in ((1, {1, 2}), (2, {0, 3})):
         model = backend.group.clients[cid].model
@@ -91,7 +91,7 @@ def test_a_bad_setting_is_one_line_and_writes_nothing(tmp_path, capsys, strategy
 
 def test_a_dense_model_or_a_ring_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
-        LocalBackend(from_dict({**spes(tmp_path),
+        local_engine(from_dict({**spes(tmp_path),
                                 "model": {"name": "causal_lm", "path": "tiny-llama"}}))
     assert err.value.field == "model.path"
     with pytest.raises(ConfigError) as err:
@@ -101,7 +101,7 @@ def test_a_dense_model_or_a_ring_is_refused(tmp_path):
 
 # ---------------------------------------------------------------------------- frozen experts
 def test_local_training_leaves_frozen_experts_bit_for_bit_and_trains_own(tmp_path):
-    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    backend = local_engine(from_dict(spes(tmp_path, n=5)))
     group, shared = backend.group, backend.group.shared
     before = {cid: {n: p.detach().clone() for n, p in c.model.named_parameters()}
               for cid, c in group.clients.items()}
@@ -126,7 +126,7 @@ def test_local_training_leaves_frozen_experts_bit_for_bit_and_trains_own(tmp_pat
 
 
 def test_frozen_experts_are_held_once_per_process(tmp_path):
-    backend = LocalBackend(from_dict(spes(tmp_path, n=5, rounds=3)))
+    backend = local_engine(from_dict(spes(tmp_path, n=5, rounds=3)))
     for r in range(3):
         backend.run_round(r)
     group, frozen = backend.group, backend.group.shared.frozen
@@ -148,7 +148,7 @@ def test_frozen_experts_are_held_once_per_process(tmp_path):
 
 # ---------------------------------------------------------------------------- the round
 def test_the_server_averages_phi_and_assigns_each_expert_from_its_owner(tmp_path):
-    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    backend = local_engine(from_dict(spes(tmp_path, n=5)))
     group, shared = backend.group, backend.group.shared
     phi0 = {n: p.detach().clone() for n, p in group.clients[SERVER].model.named_parameters()
             if n in shared.phi_names}
@@ -187,7 +187,7 @@ def test_the_server_averages_phi_and_assigns_each_expert_from_its_owner(tmp_path
 
 def test_bytes_per_round_are_the_closed_form_and_below_diloco(tmp_path):
     rows, _ = rows_and_vectors(from_dict(spes(tmp_path, n=5, rounds=2)))
-    model = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    model = local_engine(from_dict(spes(tmp_path, n=5)))
     shared = model.group.shared
     sizes = dict(model.group.clients[1].model.named_parameters())
     d = sum(p.numel() for p in model.group.clients[1].model.parameters())
@@ -364,7 +364,7 @@ def test_router_losses_are_logged_and_off_when_zero(tmp_path):
 def test_a_newcomer_holds_the_process_copy_of_the_global_experts(tmp_path):
     cfg = spes(tmp_path, n=5, rounds=3, sections={"churn": {
         "absent": [4], "events": [{"round": 2, "client": 4, "kind": "join"}]}})
-    backend = LocalBackend(from_dict(cfg))
+    backend = local_engine(from_dict(cfg))
     for r in range(2):
         backend.run_round(r)
     group, frozen = backend.group, backend.group.shared.frozen
@@ -379,7 +379,7 @@ def test_a_newcomer_holds_the_process_copy_of_the_global_experts(tmp_path):
 
 def test_lost_broadcasts_keep_old_versions_and_ray_equals_local(tmp_path, ray_session):
     base = spes(tmp_path, n=5, rounds=4, sections={"faults": {"drop": 0.3}})
-    backend = LocalBackend(from_dict(base))
+    backend = local_engine(from_dict(base))
     seen = set()
     for r in range(4):
         backend.run_round(r)
@@ -399,7 +399,7 @@ def test_a_checkpoint_stores_the_frozen_experts_once_per_process(tmp_path):
     versions = process["shared"]["__dataclass__"][1]["frozen"]["__dataclass__"][1]["versions"]
     assert list(versions) == [1]  # the broadcast of round 1: every expert, once
     assert len(versions[1]) == LAYERS * EXPERTS * 3
-    backend = LocalBackend(from_dict(spes(tmp_path, n=5)))
+    backend = local_engine(from_dict(spes(tmp_path, n=5)))
     shared = backend.group.shared
     backend.close()
     for cid in range(1, 5):  # a worker: φ and its own experts only

@@ -15,7 +15,7 @@ import yaml
 from decent.tools.cli import main
 from decent.tools.report import report
 from decent.tools.sweep import sweep
-from tests.helpers import tiny
+from tests.helpers import engine_for, tiny
 
 
 def base_config(tmp_path: Path) -> str:
@@ -154,7 +154,8 @@ def test_columns_pivot_the_final_metric_over_one_key(swept, capsys):
 
 
 def test_a_diverged_run_is_counted_not_averaged():
-    from decent.tools.report import Run, final_cell
+    from decent.tools.report_tables import final_cell
+    from decent.tools.run_records import Run
 
     runs = [Run(Path("a"), {}, {"gmp_loss": v}, []) for v in (2.0, 3.0, float("nan"))]
     assert final_cell(runs, "gmp_loss") == "2.5 ± 0.71, 1/3 diverged"
@@ -165,12 +166,12 @@ def test_initial_evaluation_is_the_starting_model_and_survives_resume(tmp_path):
     """eval.initial: the summary's initial_* metrics are the untrained model's, also after
     a resume from a checkpoint."""
     from decent.engine.config import from_dict
-    from decent.run.runner import make_backend, resume, run
+    from decent.run.runner import resume, run
 
     cfg = from_dict(tiny(tmp_path, rounds=4, eval={"every": 2, "per_client": False,
                                                    "initial": True},
                          checkpoint={"every": 2}))
-    backend = make_backend(cfg)
+    backend = engine_for(cfg)
     expected = backend.evaluate(False, None)  # before any round
     result = run(cfg, backend)
     assert result.summary["initial_gmp_accuracy"] == expected["gmp_accuracy"]

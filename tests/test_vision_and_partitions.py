@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.backends.local import LocalBackend
+from decent.backends.local import local_engine
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models.cnn import CNNConfig, build_cnn
@@ -56,7 +56,7 @@ def test_cifar10_from_data_dir_trains_the_mcmahan_cnn(tmp_path, fake_cifar):
                          task={"name": "cifar10", "data_dir": str(fake_cifar),
                                "partition": "shards"},
                          model={"name": "cnn"}))
-    backend = LocalBackend(cfg)
+    backend = local_engine(cfg)
     task = backend.group.task
     assert task.x_train.shape == (60, 3, 32, 32) and task.x_test.shape == (20, 3, 32, 32)
     assert abs(float(task.x_train.mean())) < 0.5  # normalised with CIFAR statistics
@@ -77,6 +77,6 @@ def test_mcmahan_cnn_shape():
 def test_cifar10_offline_without_data_dir_is_a_clear_error(tmp_path):
     cfg = from_dict(tiny(tmp_path, task={"name": "cifar10"}, model={"name": "cnn"}))
     with pytest.raises(ConfigError) as err:
-        LocalBackend(cfg)
+        local_engine(cfg)
     assert err.value.field == "task.source"
     assert "task.data_dir" in str(err.value)

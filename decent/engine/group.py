@@ -23,7 +23,7 @@ from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
 from decent.engine.compute import ComputeClock
 from decent.engine.config import RunConfig
-from decent.engine.plan import RunPlan, build_plan
+from decent.engine.plan import RunPlan
 from decent.models.registry import MODELS
 from decent.network.faults import ATTACK_SALT, fault_seed
 from decent.network.membership import RoundMembers
@@ -96,17 +96,16 @@ def build_task(cfg: RunConfig) -> Task:
 
 
 class ClientGroup:
-    """The clients ``cids`` of a run, built in this process from the config (and from the
-    plan, when the caller has built it already)."""
+    """The clients ``cids`` of a run, built in this process from the config and the plan
+    the runner built."""
 
     def __init__(self, cfg: RunConfig, cids: list[int], device: torch.device,
-                 plan: RunPlan | None = None,
+                 plan: RunPlan,
                  frozen: dict[str, torch.Tensor] | None = None) -> None:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.cids = list(cids)
         self.device = device
-        plan = plan or build_plan(cfg)
         self.topology = plan.topology
         self.strategy = plan.strategy
         self.task = build_task(cfg)
@@ -132,6 +131,7 @@ class ClientGroup:
                 device=device,
                 generator=torch.Generator().manual_seed(client_seed(cfg.seed, cid)),
                 speed=self.clock.speed[cid],
+                task=self.task,  # init_state may start the state from a gradient
             )
             init_rng_states(client, cfg.seed)
             with own_rng(client):
@@ -147,9 +147,10 @@ class ClientGroup:
         """The frozen weights that every process of the run holds identically and never
         writes (a LoRA base, SubCGE's W without refreshes): what several processes on one
         machine can map from a single copy. Empty on a GPU and for a strategy that writes
-        them (``shared_weights_change``, or not ``frozen_weights_read_only``: SPES)."""
-        if (self.device.type != "cpu" or self.strategy.shared_weights_change()
-                or not self.strategy.frozen_weights_read_only):
+        them (``SharedTensors.frozen`` other than ``read_only``: SeedFlood with refreshes,
+        SPES)."""
+        if (self.device.type != "cpu"
+                or self.strategy.shared_tensors(self.shared).frozen != "read_only"):
             return {}
         return {name: p.data for name, p in self.base_model.named_parameters()
                 if not p.requires_grad}
@@ -172,8 +173,8 @@ class ClientGroup:
         members: RoundMembers | None = None,
     ) -> tuple[list[Message], dict[int, float]]:
         """Run ``phase`` (position ``step`` in the round) for every hosted client present
-        this round: their outgoing messages, sized, and each one's compute time in
-        simulated seconds."""
+        this round whose role the phase is declared for: their outgoing messages, sized,
+        and each present client's compute time in simulated seconds."""
         ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
                            self.shared, None if members is None else members.known,
                            frozenset() if members is None else frozenset(members.joined))
@@ -184,6 +185,11 @@ class ClientGroup:
         for cid in running:
             client = self.clients[cid]
             client.steps = 0
+            if self.strategy.phase_method(phase, cid) is None:
+                # not a phase of its role: it computes nothing and sends nothing (listed
+                # all the same, so the clock sees every present client as before)
+                compute[cid] = self.clock.seconds(cid, 0, 0.0)
+                continue
             attack = self.attacks.get(cid)
             client_ctx = ctx if attack is None else dataclasses.replace(
                 ctx, tamper=self._tamper(attack, round_, step, cid))
@@ -268,7 +274,7 @@ class ClientGroup:
         """The client's own model tensors: everything not shared with the process's base
         model (frozen weights are stored once, by the process, when they can change)."""
         shared = {t.data_ptr() for t in self.base_model.state_dict().values()}
-        shared.update(t.data_ptr() for t in self.strategy.shared_tensors(self.shared))
+        shared.update(t.data_ptr() for t in self.strategy.shared_tensors(self.shared).tensors)
         return {name: t for name, t in client.model.state_dict().items()
                 if t.data_ptr() not in shared}
 
@@ -289,7 +295,7 @@ class ClientGroup:
         """What the hosted clients share: the strategy's per-process object and, when the
         strategy changes them during a run, the shared frozen weights."""
         saved: dict[str, Any] = {"shared": capture(self.shared)}
-        if self.strategy.shared_weights_change():
+        if self.strategy.shared_tensors(self.shared).frozen == "written":
             frozen = {name: p for name, p in self.base_model.named_parameters()
                       if not p.requires_grad}
             saved["base"] = capture(frozen)
@@ -311,4 +317,6 @@ class ClientGroup:
             client.rng_states = restore({}, saved["rng_states"])
             if saved["attack"] is not None:
                 restore(self.attacks[cid], saved["attack"], self.device)
-        self.strategy.restored(list(self.clients.values()), self.shared)
+        relink = self.strategy.shared_tensors(self.shared).relink
+        if relink is not None:
+            relink(list(self.clients.values()))

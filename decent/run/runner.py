@@ -10,36 +10,20 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 from tqdm import tqdm
 
 from decent.core.errors import ActorLost, ConfigError
-from decent.core.stats import Stat, pooled_over_rounds, reduce_stats
+from decent.core.stats import reduce_stats
 from decent.engine.config import RunConfig, load_config, to_yaml
-from decent.engine.evaluation import evaluated_metrics, lower_is_better
+from decent.engine.evaluation import evaluated_metrics
+from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
-from decent.network.router import RoundTraffic
 from decent.run import checkpoint
 from decent.run.rundir import RunDir, check_out_dir
+from decent.run.summary import summarize
 from decent.run.tracking import Tracker
-
-
-class Backend(Protocol):
-    max_edge_bytes_total: int
-    layout: dict[str, Any]  # how the run is laid out (Ray: actors), for the summary
-    compute_charge: dict[str, Any]  # the FLOPs per step the clock charged, for the summary
-
-    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]: ...
-    def present(self, round_: int) -> list[int] | None: ...
-    def edge_bytes_total(self) -> dict[tuple[int, int], int]: ...
-    def evaluate(self, per_client: bool, present: list[int] | None = None
-                 ) -> dict[str, float]: ...
-    def save_state(self) -> dict[str, Any]: ...
-    def load_state(self, state: dict[str, Any]) -> None: ...
-    def client_vectors(self) -> dict[int, np.ndarray]: ...
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -80,23 +64,15 @@ def check_target(cfg: RunConfig) -> None:
                           f"'{cfg.task.name}'; choose one of: {', '.join(known)}")
 
 
-def target_reached(cfg: RunConfig, row: dict[str, Any]) -> bool:
-    target = cfg.eval.target
-    if target.metric is None or target.metric not in row:
-        return False
-    lower = target.mode == "min" or (target.mode == "auto" and lower_is_better(target.metric))
-    value = row[target.metric]
-    return value <= target.value if lower else value >= target.value
-
-
-def make_backend(cfg: RunConfig, plan: RunPlan | None = None) -> Backend:
+def make_engine(cfg: RunConfig, plan: RunPlan) -> Engine:
+    """The engine of ``cfg`` over its backend's executor (Ray's only imported for Ray)."""
     if cfg.backend == "ray":
-        from decent.backends.ray.executor import RayBackend
+        from decent.backends.ray.executor import RayActors
 
-        return RayBackend(cfg, plan)
-    from decent.backends.local import LocalBackend
+        return Engine(cfg, plan, RayActors(cfg, plan))
+    from decent.backends.local import InProcess
 
-    return LocalBackend(cfg, plan)
+    return Engine(cfg, plan, InProcess(cfg, plan))
 
 
 def eval_due(cfg: RunConfig, round_: int) -> bool:
@@ -105,18 +81,20 @@ def eval_due(cfg: RunConfig, round_: int) -> bool:
 
 
 class Slot:
-    """The backend in use: replaced when a run restarts from its checkpoint."""
+    """The engine in use: replaced when a run restarts from its checkpoint."""
 
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     def close(self) -> None:
-        self.backend.close()
+        self.engine.close()
 
 
-def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
+def run(cfg: RunConfig, engine: Engine | None = None) -> RunResult:
+    """Run ``cfg`` (on ``engine``, e.g. a wrapped one in a test; default: the engine of
+    its backend) into a new run directory."""
     plan = check(cfg)
-    slot = Slot(backend or make_backend(cfg, plan))
+    slot = Slot(engine or make_engine(cfg, plan))
     try:
         with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
             rd.write_text("config.yaml", to_yaml(cfg))
@@ -125,16 +103,16 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         slot.close()
 
 
-def resume(run_dir: str | Path, backend: Backend | None = None) -> RunResult:
+def resume(run_dir: str | Path, engine: Engine | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint: its metrics and final
     state are those of the run had it never stopped."""
     rd = RunDir.existing(Path(run_dir))
     info = checkpoint.pointer(rd.path)
     cfg = load_config(rd.path / "config.yaml")
     plan = check(cfg)
-    slot = Slot(backend or make_backend(cfg, plan))
+    slot = Slot(engine or make_engine(cfg, plan))
     try:
-        rows = rewind(rd, slot.backend, info)
+        rows = rewind(rd, slot.engine, info)
         with rd:
             return _rounds(cfg, slot, plan, rd, start=info["round"], rows=rows,
                            wandb_id=info.get("wandb_id"))
@@ -142,10 +120,10 @@ def resume(run_dir: str | Path, backend: Backend | None = None) -> RunResult:
         slot.close()
 
 
-def rewind(rd: RunDir, backend: Backend, info: dict[str, Any]) -> list[dict[str, Any]]:
-    """Load the checkpoint ``info`` into ``backend``; the rows up to it (those logged
+def rewind(rd: RunDir, engine: Engine, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Load the checkpoint ``info`` into ``engine``; the rows up to it (those logged
     after it, before the run stopped, are dropped: they are run again)."""
-    backend.load_state(checkpoint.read(rd.path, info))
+    engine.load_state(checkpoint.read(rd.path, info))
     rows = [row for row in read_rows(rd.path / "metrics.jsonl") if row["round"] < info["round"]]
     rd.write_text("metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return rows
@@ -170,29 +148,29 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
     restarts = 0
     try:
         started = time.perf_counter()
-        initial = initial_metrics(cfg, slot.backend, rd, start)
+        initial = initial_metrics(cfg, slot.engine, rd, start)
         bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
                    disable=not cfg.tracking.progress, dynamic_ncols=True)
         r = start
         while r < cfg.rounds:
-            backend = slot.backend
+            engine = slot.engine
             bytes_total = rows[-1]["bytes_total"] if rows else 0
             sim_total = rows[-1]["sim_time_total_s"] if rows else 0.0
             t0 = time.perf_counter()
             try:
-                stats, traffic = backend.run_round(r)
+                stats, traffic = engine.run_round(r)
             except ActorLost as lost:
                 restarts += 1
                 if restarts > cfg.ray.max_restarts:
                     raise ConfigError("ray.max_restarts", f"{lost}; restarted "
                                       f"{cfg.ray.max_restarts} times already") from None
-                slot.backend.close()
-                slot.backend = make_backend(cfg, plan)
+                slot.engine.close()
+                slot.engine = make_engine(cfg, plan)
                 # no checkpoint yet: from the start
                 info = checkpoint.pointer(rd.path) if (rd.path / checkpoint.POINTER).is_file() \
                     else None
                 if info:
-                    rows = rewind(rd, slot.backend, info)
+                    rows = rewind(rd, slot.engine, info)
                 else:
                     rows = []
                     rd.write_text("metrics.jsonl", "")
@@ -210,7 +188,7 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
                 "bytes_total": bytes_total,
                 "messages": traffic.messages,
                 "max_edge_bytes": traffic.max_edge_bytes,
-                "max_edge_bytes_total": backend.max_edge_bytes_total,
+                "max_edge_bytes_total": engine.max_edge_bytes_total,
                 "sim_time_s": traffic.sim_time_s,
                 "sim_compute_s": traffic.sim_compute_s,
                 "sim_comm_s": traffic.sim_comm_s,
@@ -221,49 +199,34 @@ def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
                 row.update(dropped_messages=traffic.dropped_messages,
                            delayed_messages=traffic.delayed_messages,
                            partitioned_messages=traffic.partitioned_messages)
-            present = backend.present(r)
+            present = engine.present(r)
             if present is not None:
                 row.update(live_clients=len(present),
                            undeliverable_messages=traffic.undeliverable_messages)
             if eval_due(cfg, r):
-                row.update(backend.evaluate(cfg.eval.per_client, present))
+                row.update(engine.evaluate(cfg.eval.per_client, present))
             rows.append(row)
             tracker.log(row)
             if every and (r + 1) % every == 0 and r + 1 < cfg.rounds:
-                checkpoint.write(rd.path, r + 1, backend.save_state(),
+                checkpoint.write(rd.path, r + 1, engine.save_state(),
                                  {"wandb_id": tracker.wandb_id})
             shown = ("loss", "gmp_accuracy", "gmp_perplexity")
             bar.update(1)
             bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
             r += 1
         bar.close()
-        summary = summarize(cfg, rows, time.perf_counter() - started, rd.run_id)
-        summary.update({f"initial_{k}": v for k, v in initial.items()
-                        if k.startswith(("gmp_", "client_", "consensus"))})
-        if cfg.faults.on_the_wire:
-            for key in ("dropped_messages", "delayed_messages", "partitioned_messages"):
-                summary[f"{key}_total"] = sum(r[key] for r in rows)
-        if "live_clients" in rows[-1]:
-            summary["live_clients"] = rows[-1]["live_clients"]
-            summary["undeliverable_messages_total"] = sum(
-                r.get("undeliverable_messages", 0) for r in rows)
-        summary.update(slot.backend.layout)
-        summary.update(slot.backend.compute_charge)
-        if plan.byzantine:
-            summary["byzantine_clients"] = plan.byzantine
-            summary["attack"] = cfg.faults.attack.name
-        if plan.topology.assignment is not None:  # two_tier: each worker's aggregator
-            summary["aggregator_of"] = {str(w): a for w, a in plan.topology.assignment.items()}
+        summary = summarize(cfg, plan, slot.engine, rows, initial,
+                            time.perf_counter() - started, rd.run_id)
         # bytes per directed edge over the run, for `decent report`'s heat map
         rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
-                                     sorted(slot.backend.edge_bytes_total().items())})
+                                     sorted(slot.engine.edge_bytes_total().items())})
         rd.write_json("summary.json", summary)
     finally:
         tracker.close(summary)
     return RunResult(rd.final, summary, rows)
 
 
-def initial_metrics(cfg: RunConfig, backend: Backend, rd: RunDir, start: int
+def initial_metrics(cfg: RunConfig, engine: Engine, rd: RunDir, start: int
                     ) -> dict[str, Any]:
     """With ``eval.initial``, the metrics of the starting model (evaluated once, before
     round 0, and kept in ``initial.json`` so that a resumed run reports them too)."""
@@ -272,37 +235,6 @@ def initial_metrics(cfg: RunConfig, backend: Backend, rd: RunDir, start: int
     path = rd.path / "initial.json"
     if start > 0:  # resumed: the starting model is gone, its metrics were kept
         return json.loads(path.read_text()) if path.is_file() else {}
-    metrics = backend.evaluate(cfg.eval.per_client, backend.present(0))
+    metrics = engine.evaluate(cfg.eval.per_client, engine.present(0))
     rd.write_json("initial.json", metrics)
     return metrics
-
-
-def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_id: str) -> dict:
-    last_eval = next(r for r in reversed(rows) if "consensus_distance" in r)
-    summary = {
-        "run_id": run_id,
-        "name": cfg.name,
-        "strategy": cfg.strategy.name,
-        "topology": cfg.topology.name,
-        "clients": cfg.n,
-        "backend": cfg.backend,
-        "rounds": cfg.rounds,
-        "wall_s": wall,
-        "bytes_total": rows[-1]["bytes_total"],
-        "max_edge_bytes_total": rows[-1]["max_edge_bytes_total"],
-        "sim_time_total_s": rows[-1]["sim_time_total_s"],
-        "sim_compute_total_s": sum(r["sim_compute_s"] for r in rows),
-        "sim_comm_total_s": sum(r["sim_comm_s"] for r in rows),
-    }
-    if cfg.eval.target.metric is not None:
-        # the first evaluated round at which the target holds, on the simulated clock
-        hit = next((r for r in rows if target_reached(cfg, r)), None)
-        summary["target"] = {"metric": cfg.eval.target.metric, "value": cfg.eval.target.value}
-        summary["time_to_target_s"] = None if hit is None else hit["sim_time_total_s"]
-        summary["rounds_to_target"] = None if hit is None else hit["round"] + 1
-    if "loss" in rows[-1]:
-        summary["final_loss"] = rows[-1]["loss"]
-    summary.update(pooled_over_rounds(rows))
-    summary.update({k: v for k, v in last_eval.items()
-                    if k.startswith(("gmp_", "client_", "consensus"))})
-    return summary

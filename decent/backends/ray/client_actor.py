@@ -20,6 +20,7 @@ from decent.core.messages import Message
 from decent.core.stats import Stat
 from decent.engine.config import RunConfig
 from decent.engine.group import ClientGroup, resolve_device
+from decent.engine.plan import RunPlan
 from decent.network.membership import RoundMembers
 
 
@@ -31,7 +32,7 @@ def views(frozen: dict[str, transport.EncodedTensor]) -> dict[str, Any]:
 class ClientHost:
     """What each ClientActor runs (Ray's actor classes below wrap it)."""
 
-    def __init__(self, cfg: RunConfig, cids: list[int], has_gpu: bool,
+    def __init__(self, cfg: RunConfig, plan: RunPlan, cids: list[int], has_gpu: bool,
                  frozen: dict[str, transport.EncodedTensor] | None = None,
                  index: int = 0) -> None:
         self.device = resolve_device(cfg, has_gpu)
@@ -40,7 +41,7 @@ class ClientHost:
         self.held: dict[int, Any] = {}
         self.next_key = 0
         # ``frozen``: the run's frozen weights, mapped read-only from the object store
-        self.group = ClientGroup(cfg, cids, self.device,
+        self.group = ClientGroup(cfg, cids, self.device, plan,
                                  frozen=views(frozen) if frozen else None)
         release_freed_memory()  # the copy of the model it built, when it adopted the shared
 

@@ -1,4 +1,5 @@
-"""``backend: ray`` — clients hosted in groups on ClientActors; the driver routes.
+"""``backend: ray`` — the engine's executor whose hosts are ClientActors, each hosting a
+group of clients; the engine, on the driver, routes.
 
 Routing is bookkeeping on message headers: an edge check, a byte count and a sort. Payloads
 of 64 KiB or more travel as object references put by their sender (:mod:`.transport`), so
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -31,14 +32,12 @@ from decent.backends.ray.memory_plan import (
     process_memory_mb,
 )
 from decent.backends.ray.placement import actor_slots, balanced, placement
-from decent.core.errors import ActorLost, ConfigError
+from decent.core.errors import ConfigError
 from decent.core.messages import Message
-from decent.core.stats import Stat
 from decent.engine.config import RayConfig, RunConfig
-from decent.engine.evaluation import combine, joiners, mean_model
-from decent.engine.plan import RunPlan, build_plan, check_churn
-from decent.network.membership import ChurnConfig, Membership
-from decent.network.router import RoundTraffic, Router
+from decent.engine.executor import Inboxes, PhaseResult
+from decent.engine.plan import RunPlan
+from decent.network.membership import RoundMembers
 
 # Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
 # not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
@@ -133,19 +132,16 @@ def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
             and cfg.device != "cuda" and cfg.model.name in FROZEN_WEIGHT_MODELS)
 
 
-class RayBackend:
-    def __init__(self, cfg: RunConfig, plan: RunPlan | None = None) -> None:
+class RayActors:
+    """The executor whose hosts are ClientActors, one per group of clients: it places
+    them, moves payloads between them (object store or RDT) and reports an actor that
+    died as a lost host."""
+
+    def __init__(self, cfg: RunConfig, plan: RunPlan) -> None:
         from decent.backends.ray.client_actor import ClientActor, DirectClientActor
 
         self.cfg = cfg
-        plan = plan or build_plan(cfg)
-        self.strategy = plan.strategy  # the driver needs its phases
-        self.topology = plan.topology
-        self.router = Router(plan.topology, self.strategy.name, plan.network, plan.wire_faults)
-        # the driver owns who takes part: the schedule, and the clients of actors that die
-        self.membership = plan.membership
-        self.dead: set[int] = set()  # indices of actors lost for real
-        self.lost: dict[int, int] = {}  # their clients → the round they were lost in
+        self.dead: set[int] = set()  # actors that died: never called again
         rc = cfg.ray
         free = available_mb()  # before Ray's own processes start; the driver is running
         free_mb = None if free is None else free + process_memory_mb()["pss"]
@@ -154,7 +150,7 @@ class RayBackend:
         self.memory: MemoryPlan | None = None  # None: ray.memory_plan=false
         if rc.memory_plan and cfg.model.name in FROZEN_WEIGHT_MODELS:
             # the object store must hold the one shared copy: size it from the probe
-            footprint = probe_apart(cfg)
+            footprint = probe_apart(cfg, plan)
             if rc.share_frozen:
                 store_mb = max(store_mb, math.ceil(footprint.frozen_mb * 1.1) + 128)
             self.started_ray = connect(rc, store_mb)
@@ -197,19 +193,22 @@ class RayBackend:
         self.direct: direct.DirectPayloads | None = None
         shared_bytes = 0
         try:
+            # the plan the runner built, sent once: every actor unpickles the same one
+            plan_ref = ray.put(plan)
             if share:
                 # the first actor builds the model and its frozen weights go to the object
                 # store once (owned by the driver, so they outlive any actor); every other
                 # actor maps them read-only, dropping the copy it built before its clients
                 # are made, and the first switches to them too
-                self.actors.append(actor.remote(cfg, self.groups[0], gpu, index=0))
+                self.actors.append(actor.remote(cfg, plan_ref, self.groups[0], gpu, index=0))
                 frozen = self.actors[0].frozen_weights.remote()
                 shared_bytes = ray.get(self.actors[0].adopt.remote(frozen))
-                self.actors += [actor.remote(cfg, cids, gpu, frozen, index=k)
+                self.actors += [actor.remote(cfg, plan_ref, cids, gpu, frozen,
+                                                   index=k)
                                 for k, cids in enumerate(self.groups[1:], 1)]
                 self.frozen = frozen
             else:
-                self.actors = [actor.remote(cfg, cids, gpu, index=k)
+                self.actors = [actor.remote(cfg, plan_ref, cids, gpu, index=k)
                                for k, cids in enumerate(self.groups)]
             ray.get([a.ready.remote() for a in self.actors])  # surface build errors now
             if wanted is not None:
@@ -234,151 +233,101 @@ class RayBackend:
         }
         self.compute_charge: dict[str, Any] = ray.get(self.actors[0].compute_charge.remote())
 
+
+    @property
+    def survives_loss(self) -> bool:
+        # over RDT the run cannot go on without a lost actor: payloads it kept for others
+        # died with it, and its receivers' calls fail with it, so back to the checkpoint
+        return self.direct is None
+
     def live(self) -> list[int]:
         return [i for i in range(len(self.actors)) if i not in self.dead]
 
     def actor_of(self, cid: int) -> int:
         return next(i for i, cids in enumerate(self.groups) if cid in cids)
 
-    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
-        members = None if self.membership is None else self.membership.at(round_)
-        self.router.begin_round(None if members is None else members.present)
-        for joiner, givers in joiners(self.topology, round_, members):
-            if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
-                ray.get(self.actors[self.actor_of(joiner)].bootstrap.remote(joiner, None))
-                continue
-            vectors: dict[int, np.ndarray] = {}
-            for part in ray.get([self.actors[i].vectors.remote([g for g in givers
-                                                                if g in self.groups[i]])
-                                 for i in sorted({self.actor_of(g) for g in givers})]):
-                vectors.update(part)
-            mean = mean_model([vectors[g] for g in givers], len(givers))
-            ray.get(self.actors[self.actor_of(joiner)].bootstrap.remote(joiner, mean))
-            for giver in givers:
-                self.router.account(giver, joiner, 4 * mean.size)
-        stats: dict[int, dict[str, Stat]] = {}
-        for step, phase in enumerate(self.strategy.phases(round_)):
-            # inboxes hold references to large payloads: the actor fetches those itself
-            inboxes = {i: self.router.take(self.groups[i]) for i in self.live()}
-            calls = self.submit_phase(round_, step, phase, inboxes, members)
-            for i, call in calls.items():
-                try:
-                    outgoing, compute, group_stats = ray.get(call)
-                except ray.exceptions.RayActorError:
-                    self.lose(i, round_, inboxes[i])
-                    continue
-                if self.direct is not None:
-                    self.direct.posted(i, outgoing)
-                self.router.post(round_, phase, outgoing, compute)
-                for cid, s in group_stats.items():
-                    stats.setdefault(cid, {}).update(s)
-            self.router.advance()
-            if self.direct is not None:
-                self.direct.settle(self.router.in_flight())
-        return stats, self.router.end_round()
-
-    def submit_phase(self, round_: int, step: int, phase: str,
-                     inboxes: dict[int, dict[int, list[Message]]],
-                     members: Any) -> dict[int, ray.ObjectRef]:
-        """One ``run_phase`` call per live actor, with its inbox bundle; over RDT, every
-        hand-over it needs is submitted first."""
+    def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
+                  members: RoundMembers | None) -> dict[int, PhaseResult | None]:
+        """One ``run_phase`` call per actor, with its inbox bundle (references to large
+        payloads: the actor fetches those itself); over RDT, every hand-over it needs is
+        submitted first. An actor that died is None, and never called again."""
         if self.direct is None:
-            return {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
-                    for i, inbox in inboxes.items()}
-        handed = {i: self.direct.hand_overs(self.actors, i, inbox)
-                  for i, inbox in inboxes.items()}
-        return {i: self.actors[i].run_phase_direct.remote(
-                    round_, step, phase, inbox, members, self.direct.release(i), *handed[i])
-                for i, inbox in inboxes.items()}
+            calls = {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
+                     for i, inbox in inboxes.items()}
+        else:
+            handed = {i: self.direct.hand_overs(self.actors, i, inbox)
+                      for i, inbox in inboxes.items()}
+            calls = {i: self.actors[i].run_phase_direct.remote(
+                         round_, step, phase, inbox, members, self.direct.release(i),
+                         *handed[i])
+                     for i, inbox in inboxes.items()}
+        results: dict[int, PhaseResult | None] = {}
+        for i, call in calls.items():
+            try:
+                outgoing, compute, stats = ray.get(call)
+            except ray.exceptions.RayActorError:
+                self.dead.add(i)
+                results[i] = None
+                continue
+            if self.direct is not None:
+                self.direct.posted(i, outgoing)
+            results[i] = PhaseResult(outgoing, compute, stats)
+        return results
 
-    def lose(self, actor: int, round_: int,
-             unread: dict[int, list[Message]] | None = None) -> None:
-        """An actor died for real: its clients crashed in this round. The run goes on
-        without them if the method can; otherwise it stops with one line. ``unread`` is the
-        inbox bundle it was handed this phase and never read."""
-        if self.cfg.ray.on_actor_death == "restart" or self.direct is not None:
-            # over RDT the run cannot go on without it: payloads it kept for others died
-            # with it, and its receivers' calls fail with it, so back to the checkpoint
-            raise ActorLost(f"the actor hosting clients {self.groups[actor]} died in round "
-                            f"{round_}")
-        self.dead.add(actor)
-        clients = set(self.groups[actor])
-        for cid in sorted(clients):
-            check_churn(self.strategy, cid, "crash", round_)
-        self.lost.update({cid: round_ for cid in clients})
-        # the rest of this round, messages to them come back to their senders
-        # (and what they were handed this phase but never read goes back too)
-        self.router.depart(frozenset(clients), unread)
-        if self.membership is None:
-            self.membership = Membership.plan(ChurnConfig(), self.cfg.n, self.cfg.rounds,
-                                              self.cfg.seed)
-        self.membership.crash(clients, round_)
+    def settle(self, in_flight: Iterable[Message]) -> None:
+        if self.direct is not None:
+            self.direct.settle(in_flight)
 
-    def edge_bytes_total(self) -> dict[tuple[int, int], int]:
-        return dict(self.router.total_edge_bytes)
-
-    @property
-    def max_edge_bytes_total(self) -> int:
-        return self.router.max_edge_bytes_total
-
-    def present(self, round_: int) -> list[int] | None:
-        """The clients whose state the round's metrics cover (None: all)."""
-        if self.membership is None:
-            return None
-        return sorted(set(self.membership.at(round_).present) - set(self.lost))
-
-    def evaluate(self, per_client: bool, present: list[int] | None = None) -> dict[str, float]:
-        lost = {c for i in self.dead for c in self.groups[i]}
-        keep = set(range(self.cfg.n) if present is None else present) - lost
-        live = self.live()
-        parts = [sorted(c for c in self.groups[i] if c in keep) for i in live]
-        mean = mean_model(ray.get([self.actors[i].param_sum.remote(cids)
-                                   for i, cids in zip(live, parts, strict=True)]), len(keep))
-        mean_ref = ray.put(mean)
-        reports = ray.get([self.actors[i].evaluate.remote(mean_ref, k == 0, per_client, cids)
-                           for k, (i, cids) in enumerate(zip(live, parts, strict=True))])
-        return combine(reports)
-
-    def save_state(self) -> dict[str, Any]:
-        clients: dict[int, Any] = {}
-        process = None
-        live = self.live()
-        for part, proc in ray.get([self.actors[i].save.remote(k == 0)
-                                   for k, i in enumerate(live)]):
-            clients.update(part)
-            process = process if proc is None else proc
-        # messages in flight, their payloads fetched and decoded to CPU tensors
-        router = self.router.save()
-        if self.direct is not None:  # payloads kept by their senders' actors
-            router["ready"], router["later"] = self.direct.fetch(
-                self.actors, router["ready"], router["later"])
-        cpu = torch.device("cpu")
-        router["ready"] = {cid: msgs for cid, msgs in
-                           transport.receive(router["ready"], cpu).items() if msgs}
-        router["later"] = transport.receive(router["later"], cpu)
-        return {"clients": clients, "process": process, "router": router,
-                "lost": dict(self.lost)}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        ray.get([a.load.remote({cid: state["clients"][cid] for cid in cids
-                                if cid in state["clients"]}, state["process"])
-                 for a, cids in zip(self.actors, self.groups, strict=True)])
-        for cid, round_ in state.get("lost", {}).items():  # lost before the checkpoint
-            if self.membership is None:
-                self.membership = Membership.plan(ChurnConfig(), self.cfg.n, self.cfg.rounds,
-                                                  self.cfg.seed)
-            self.membership.crash({cid}, round_)
-            self.lost[cid] = round_
-        saved = dict(state["router"])
-        saved["ready"] = {k: transport.send(msgs) for k, msgs in saved["ready"].items()}
-        saved["later"] = {k: transport.send(msgs) for k, msgs in saved["later"].items()}
-        self.router.load(saved)
-
-    def client_vectors(self) -> dict[int, np.ndarray]:
+    def vectors(self, cids: list[int]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
-        for part in ray.get([self.actors[i].client_vectors.remote() for i in self.live()]):
+        for part in ray.get([self.actors[i].vectors.remote([c for c in cids
+                                                            if c in self.groups[i]])
+                             for i in sorted({self.actor_of(c) for c in cids})]):
             out.update(part)
         return out
+
+    def bootstrap(self, cid: int, vector: np.ndarray | None) -> None:
+        ray.get(self.actors[self.actor_of(cid)].bootstrap.remote(cid, vector))
+
+    def param_sums(self, parts: dict[int, list[int]]) -> list[np.ndarray | None]:
+        return ray.get([self.actors[i].param_sum.remote(cids) for i, cids in parts.items()])
+
+    def evaluate(self, mean: np.ndarray, per_client: bool, parts: dict[int, list[int]]
+                 ) -> list[dict[str, Any]]:
+        mean_ref = ray.put(mean)
+        return ray.get([self.actors[i].evaluate.remote(mean_ref, k == 0, per_client, cids)
+                        for k, (i, cids) in enumerate(parts.items())])
+
+    def save(self, hosts: list[int]) -> tuple[dict[int, Any], dict[str, Any]]:
+        clients: dict[int, Any] = {}
+        process: dict[str, Any] = {}
+        for part, proc in ray.get([self.actors[i].save.remote(k == 0)
+                                   for k, i in enumerate(hosts)]):
+            clients.update(part)
+            process = process if proc is None else proc
+        return clients, process
+
+    def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None:
+        ray.get([a.load.remote({cid: clients[cid] for cid in cids if cid in clients},
+                               process)
+                 for a, cids in zip(self.actors, self.groups, strict=True)])
+
+    def client_vectors(self, hosts: list[int]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for part in ray.get([self.actors[i].client_vectors.remote() for i in hosts]):
+            out.update(part)
+        return out
+
+    def storable(self, *queues: dict[Any, list[Message]]) -> list[dict[Any, list[Message]]]:
+        """Payloads fetched (those kept by their senders' actors over RDT, and those in
+        the object store) and decoded to CPU tensors."""
+        if self.direct is not None:
+            queues = tuple(self.direct.fetch(self.actors, *queues))
+        cpu = torch.device("cpu")
+        return [transport.receive(queue, cpu) for queue in queues]
+
+    def routable(self, *queues: dict[Any, list[Message]]) -> list[dict[Any, list[Message]]]:
+        return [{k: transport.send(msgs) for k, msgs in queue.items()} for queue in queues]
 
     def close(self) -> None:
         if getattr(self, "direct", None) is not None:

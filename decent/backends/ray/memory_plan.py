@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 
@@ -218,7 +219,7 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
                      max(out.values()) / MB, edge / MB)
 
 
-def probe_apart(cfg: RunConfig) -> Footprint:
+def probe_apart(cfg: RunConfig, plan: RunPlan) -> Footprint:
     """:func:`probe` in a fresh Python process that exits after it, for a language model:
     the driver then never imports transformers and peft nor keeps the heap the model's
     build leaves behind (~230 MB of a SmolLM2 run's driver, in PSS). A plain subprocess
@@ -226,7 +227,8 @@ def probe_apart(cfg: RunConfig) -> Footprint:
     ``__main__`` guard. A user error in the probe (a ConfigError) is raised here."""
     with tempfile.TemporaryDirectory(prefix="decent-probe-") as folder:
         box = Path(folder) / "box.pkl"
-        box.write_bytes(pickle.dumps(cfg))
+        # cloudpickle: the plan's topology holds a closure (its latency function)
+        box.write_bytes(cloudpickle.dumps((cfg, plan)))
         done = subprocess.run([sys.executable, "-c", "import sys; from decent.backends."
                                "ray.memory_plan import probe_box; probe_box(sys.argv[1])",
                                str(box)], check=False)
@@ -239,13 +241,11 @@ def probe_apart(cfg: RunConfig) -> Footprint:
 
 
 def probe_box(path: str) -> None:
-    """The probe process: read the config from ``path``, write back the footprint (or the
-    error that stopped it)."""
-    from decent.engine.plan import build_plan
-
-    cfg = pickle.loads(Path(path).read_bytes())
+    """The probe process: read the config and the plan from ``path``, write back the
+    footprint (or the error that stopped it)."""
+    cfg, plan = pickle.loads(Path(path).read_bytes())
     try:
-        got: Any = probe(cfg, build_plan(cfg))
+        got: Any = probe(cfg, plan)
     except Exception as exc:  # the caller raises it
         got = exc
     try:

@@ -1,0 +1,81 @@
+"""What the engine asks of the processes that host clients: the :class:`Executor`.
+
+The engine (:mod:`.loop`) owns the round — phases, routing, faults, membership, the
+clock, evaluation and checkpoints — and an executor only runs client groups where they
+live: all in this process (:mod:`decent.backends.local`) or on Ray actors
+(:mod:`decent.backends.ray.executor`). Clients are addressed by *host*: the index of the
+group (``groups[h]``) that hosts them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from decent.core.messages import Message
+from decent.core.stats import Stat
+from decent.network.membership import RoundMembers
+
+Inboxes = dict[int, list[Message]]  # client → the messages it reads this phase
+
+
+@dataclass
+class PhaseResult:
+    """What one host returns from a phase: its clients' outgoing messages (sized), each
+    one's compute time in simulated seconds and the statistics they recorded."""
+
+    outgoing: list[Message]
+    compute: dict[int, float]
+    stats: dict[int, dict[str, Stat]]
+
+
+class Executor(Protocol):
+    groups: list[list[int]]  # the clients of each host, in id order
+    layout: dict[str, Any]  # how the run is laid out (Ray: actors), for the summary
+    compute_charge: dict[str, Any]  # the FLOPs per step the clock charges, for the summary
+    # True where a lost host's clients may crash and the run go on without them; False
+    # where its loss must send the run back to its checkpoint (RDT: payloads died with it)
+    survives_loss: bool
+
+    def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
+                  members: RoundMembers | None) -> dict[int, PhaseResult | None]:
+        """Run ``phase`` on every host in ``inboxes`` (host → its clients' inboxes); per
+        host, in host order, its result or None if the host was lost."""
+        ...
+
+    def vectors(self, cids: list[int]) -> dict[int, np.ndarray]: ...
+    def bootstrap(self, cid: int, vector: np.ndarray | None) -> None: ...
+
+    def param_sums(self, parts: dict[int, list[int]]) -> list[np.ndarray | None]:
+        """Per host of ``parts`` (host → clients), Σ θ_i over those clients in float64."""
+        ...
+
+    def evaluate(self, mean: np.ndarray, per_client: bool, parts: dict[int, list[int]]
+                 ) -> list[dict[str, Any]]:
+        """Per host of ``parts``, its evaluation report (the first host also evaluates the
+        mean model itself)."""
+        ...
+
+    def save(self, hosts: list[int]) -> tuple[dict[int, Any], dict[str, Any]]:
+        """The checkpoint of every client on ``hosts``, and the process state they share."""
+        ...
+
+    def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None: ...
+
+    def client_vectors(self, hosts: list[int]) -> dict[int, np.ndarray]: ...
+
+    def storable(self, *queues: dict[Any, list[Message]]) -> list[dict[Any, list[Message]]]:
+        """Queues of messages in flight with their payloads as CPU tensors (a checkpoint)."""
+        ...
+
+    def routable(self, *queues: dict[Any, list[Message]]) -> list[dict[Any, list[Message]]]:
+        """Stored queues made ready for this executor's router (the inverse)."""
+        ...
+
+    def settle(self, in_flight: list[Message]) -> None:
+        """After a phase: what ``in_flight`` (every message not yet delivered) no longer
+        needs may be released."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,172 @@
+"""The round loop: one engine for every backend.
+
+Each round the :class:`Engine` admits joining clients (their neighbours' mean model, or
+their own pulls), then runs the strategy's phases: it hands every host its clients'
+inboxes, asks the executor to run the phase there, and routes what comes back through the
+one :class:`~decent.network.router.Router` (edge checks, byte counts, wire faults, the
+simulated clock). Evaluation and checkpoints read the hosts through the executor too, so
+a feature that touches a round is written here once; an executor (in this process, or Ray
+actors) only runs groups of clients where they live and moves their payloads."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from decent.core.errors import ActorLost
+from decent.core.messages import Message
+from decent.core.stats import Stat
+from decent.engine.config import RunConfig
+from decent.engine.evaluation import combine, joiners, mean_model
+from decent.engine.executor import Executor, Inboxes
+from decent.engine.plan import RunPlan, check_churn
+from decent.network.membership import ChurnConfig, Membership
+from decent.network.router import RoundTraffic, Router
+
+
+class Engine:
+    """One run's rounds over ``executor``, from the ``plan`` the runner built."""
+
+    def __init__(self, cfg: RunConfig, plan: RunPlan, executor: Executor) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.executor = executor
+        self.strategy = plan.strategy  # the engine needs its phases
+        self.topology = plan.topology
+        self.router = Router(plan.topology, self.strategy.name, plan.network,
+                             plan.wire_faults)
+        # who takes part: the churn schedule, and the clients of hosts lost for real (a
+        # copy: a crash written into it must not outlive this engine, e.g. on a restart)
+        self.membership: Membership | None = copy.deepcopy(plan.membership)
+        self.dead: set[int] = set()  # hosts lost for real
+        self.lost: dict[int, int] = {}  # their clients → the round they were lost in
+        self.host_of = {cid: h for h, cids in enumerate(executor.groups) for cid in cids}
+
+    # ------------------------------------------------------------------ the round
+    def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
+        members = None if self.membership is None else self.membership.at(round_)
+        self.router.begin_round(None if members is None else members.present)
+        for joiner, givers in joiners(self.topology, round_, members):
+            if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
+                self.executor.bootstrap(joiner, None)
+                continue
+            vectors = self.executor.vectors(givers)
+            mean = mean_model([vectors[g] for g in givers], len(givers))
+            self.executor.bootstrap(joiner, mean)
+            for giver in givers:  # each sends its model: counted like any message
+                self.router.account(giver, joiner, 4 * mean.size)
+        stats: dict[int, dict[str, Stat]] = {}
+        for step, phase in enumerate(self.strategy.phases(round_)):
+            inboxes = {h: self.router.take(self.executor.groups[h]) for h in self.live()}
+            results = self.executor.run_phase(round_, step, phase, inboxes, members)
+            for host, result in results.items():
+                if result is None:
+                    self.lose(host, round_, inboxes[host])
+                    continue
+                self.router.post(round_, phase, result.outgoing, result.compute)
+                for cid, recorded in result.stats.items():
+                    stats.setdefault(cid, {}).update(recorded)
+            self.router.advance()
+            self.executor.settle(self.router.in_flight())
+        return stats, self.router.end_round()
+
+    def live(self) -> list[int]:
+        return [h for h in range(len(self.executor.groups)) if h not in self.dead]
+
+    def lose(self, host: int, round_: int, unread: Inboxes | None = None) -> None:
+        """A host died for real: its clients crashed in this round. The run goes on
+        without them if the method and the executor can; otherwise back to the checkpoint
+        (``ActorLost``) or, for a method that cannot lose clients, one line. ``unread`` is
+        the inbox bundle it was handed this phase and never read."""
+        clients = self.executor.groups[host]
+        if self.cfg.ray.on_actor_death == "restart" or not self.executor.survives_loss:
+            raise ActorLost(f"the actor hosting clients {clients} died in round {round_}")
+        self.dead.add(host)
+        for cid in clients:
+            check_churn(self.strategy, cid, "crash", round_)
+        self.crash(set(clients), round_)
+        # the rest of this round, messages to them come back to their senders
+        # (and what they were handed this phase but never read goes back too)
+        self.router.depart(frozenset(clients), unread)
+
+    def crash(self, clients: set[int], round_: int) -> None:
+        if self.membership is None:
+            self.membership = Membership.plan(ChurnConfig(), self.cfg.n, self.cfg.rounds,
+                                              self.cfg.seed)
+        self.membership.crash(clients, round_)
+        self.lost.update({cid: round_ for cid in clients})
+
+    def record_messages(self) -> list[Message]:
+        """From now on, every message the router accepts (what crossed the network, sized),
+        appended to the returned list: for checks of payloads and bytes."""
+        posted: list[Message] = []
+        post = self.router.post
+
+        def recording(round_: int, phase: str, messages: Any, compute: Any = None) -> None:
+            messages = list(messages)
+            posted.extend(messages)
+            post(round_, phase, messages, compute)
+
+        self.router.post = recording  # type: ignore[method-assign]
+        return posted
+
+    # ------------------------------------------------------------------ what the run reads
+    def present(self, round_: int) -> list[int] | None:
+        """The clients whose state the round's metrics cover (None: all)."""
+        if self.membership is None:
+            return None
+        return sorted(set(self.membership.at(round_).present) - set(self.lost))
+
+    def evaluate(self, per_client: bool, present: list[int] | None = None) -> dict[str, float]:
+        keep = set(range(self.cfg.n) if present is None else present) - set(self.lost)
+        parts = {h: [c for c in self.executor.groups[h] if c in keep] for h in self.live()}
+        mean = mean_model(self.executor.param_sums(parts), len(keep))
+        return combine(self.executor.evaluate(mean, per_client, parts))
+
+    def client_vectors(self) -> dict[int, np.ndarray]:
+        return self.executor.client_vectors(self.live())
+
+    def edge_bytes_total(self) -> dict[tuple[int, int], int]:
+        return dict(self.router.total_edge_bytes)
+
+    @property
+    def max_edge_bytes_total(self) -> int:
+        return self.router.max_edge_bytes_total
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return self.executor.layout
+
+    @property
+    def compute_charge(self) -> dict[str, Any]:
+        return self.executor.compute_charge
+
+    @property
+    def group(self) -> Any:
+        """The client group of an in-process executor (for tests and notebooks that look
+        at clients directly)."""
+        return self.executor.group  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_state(self) -> dict[str, Any]:
+        clients, process = self.executor.save(self.live())
+        router = self.router.save()
+        ready, later = self.executor.storable(router["ready"], router["later"])
+        router["ready"] = {cid: msgs for cid, msgs in ready.items() if msgs}
+        router["later"] = later
+        return {"clients": clients, "process": process, "router": router,
+                "lost": dict(self.lost)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.executor.load(state["clients"], state["process"])
+        for cid, round_ in state.get("lost", {}).items():  # lost before the checkpoint
+            self.crash({cid}, round_)
+        router = dict(state["router"])
+        router["ready"], router["later"] = self.executor.routable(router["ready"],
+                                                                   router["later"])
+        self.router.load(router)
+
+    def close(self) -> None:
+        self.executor.close()
