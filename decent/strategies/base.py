@@ -1,4 +1,4 @@
-"""The strategy contract.
+"""The strategy contract (v3).
 
 A strategy is a decentralized training method written as the paper's algorithm box:
 
@@ -7,39 +7,49 @@ A strategy is a decentralized training method written as the paper's algorithm b
 * ``State`` — a dataclass of what one client keeps between phases (its optimiser, public
   copies, message logs, ...): the platform creates it with :meth:`Strategy.init_state`,
   hands it back as ``client.state``, and can save and restore it;
-* :meth:`Strategy.phases` — the phase names of round ``t``; every client runs each phase
-  in turn, and the messages sent in one phase are the inbox of the next (the last
-  phase's messages arrive in the first phase of the next round). A name may repeat
-  (SeedFlood's flooding sends): ``ctx.step`` is the phase's position in the round;
-* one method per phase name, ``(client, inbox, ctx) -> messages to send``.
+* its phases, declared as data: each phase method is marked ``@phase(name, role)``
+  (:mod:`decent.strategies.phases`), ``(client, inbox, ctx) -> messages to send``;
+  :meth:`Strategy.phases` is the round's schedule of phase names (by default the declared
+  phases in order). Every client runs each phase in turn — the clients whose
+  :meth:`Strategy.role` the phase was declared for — and the messages sent in one phase
+  are the inbox (:class:`~decent.strategies.inbox.Inbox`) of the next (the last phase's
+  arrive in the first phase of the next round). A name may repeat (SeedFlood's flooding
+  sends): ``ctx.step`` is the phase's position in the round.
 
 A strategy is built once per process from its config and the facts of the graph
 (:class:`~decent.core.graph.GraphFacts`), and is immutable afterwards: everything that
 changes during a run lives in the clients' ``State`` or in the per-process object that
 :meth:`Strategy.init_process` returns (``ctx.shared``: e.g. a subspace every hosted
-client shares). A config the method cannot run (a graph it refuses, a list of the wrong
-length) raises :class:`~decent.core.errors.ConfigError` from the constructor.
+client shares; :meth:`Strategy.shared_tensors` tells the platform how to treat its
+tensors). A config the method cannot run (a graph it refuses, a list of the wrong
+length) raises :class:`~decent.core.errors.ConfigError` from the constructor; a schedule
+naming a phase no method declares raises :class:`~decent.core.errors.StrategyError`.
 
 Strategies see clients, tensors and plain-Python graph views only: they never import
-ray or networkx, so the same code runs on the local backend and on Ray actors.
+ray or networkx, so the same code runs on the local backend and on Ray actors. What the
+phases compute with is in :mod:`decent.strategies.toolkit`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
+from decent.core.errors import StrategyError
 from decent.core.graph import GraphFacts, RoundGraph
 from decent.core.messages import Message
 from decent.core.stats import Stat
 from decent.models import params
+from decent.strategies.inbox import Inbox
+from decent.strategies.phases import WORKER, Phase, collect
 from decent.tasks.base import ClientData, Task
 
 StateT = TypeVar("StateT")
+FROZEN = ("read_only", "written", "private")  # SharedTensors.frozen
 
 
 @dataclass
@@ -67,6 +77,9 @@ class Client(Generic[StateT]):
     # the reference device): what a method with workers of different speeds (DSO's
     # asynchronous option) derives its schedule from. Set by the platform.
     speed: float = 1.0
+    # The run's task (the same as ``ctx.task``), set by the platform before init_state: a
+    # state that starts from a gradient (a tracker at ∇f_i(x⁰)) computes it there.
+    task: Task | None = None
 
     def count_steps(self, k: float) -> None:
         """Charge ``k`` optimisation steps (one local SGD step, one ZO estimate; a
@@ -100,30 +113,69 @@ class PhaseContext:
     tamper: Callable[[Any, int], Any] | None = None
 
 
+@dataclass(frozen=True)
+class SharedTensors:
+    """How the platform treats the tensors that the clients hosted in one process share
+    (what :meth:`Strategy.shared_tensors` returns).
+
+    ``frozen``: what happens to the frozen weights of the model the replicas were made
+    from (which they share):
+    ``"read_only"`` (default) — nobody writes them: processes on one machine may map a
+    single read-only copy (a LoRA base, SubCGE's W) and a checkpoint leaves them out;
+    ``"written"`` — the method writes them, the same in every process (SeedFlood folds its
+    subspace into them): each process keeps its own, and a checkpoint stores them;
+    ``"private"`` — each process writes its own and they carry no state (SPES loads the
+    evaluated global model's experts into them): neither mapped nor stored.
+    ``tensors``: tensors of the per-process object that the clients' models use as their
+    own parameters (SPES's versions of the frozen experts): a checkpoint stores them once,
+    with that object, not once per client.
+    ``relink``: after a checkpoint was loaded into the clients and the object, point the
+    clients' models at ``tensors`` again (values alone do not say which one a model uses).
+    """
+
+    frozen: str = "read_only"
+    tensors: tuple[torch.Tensor, ...] = ()
+    relink: Callable[[Sequence[Client[Any]]], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.frozen not in FROZEN:
+            raise StrategyError(f"SharedTensors.frozen is one of {FROZEN}; got {self.frozen!r}")
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        """The ``tensors``: what a footprint counts as held once per process."""
+        return iter(self.tensors)
+
+
 class Frozen(type):
-    """Metaclass: instances refuse attribute assignment once ``__init__`` has returned."""
+    """Metaclass: instances refuse attribute assignment once ``__init__`` has returned, and
+    a strategy's schedule and roles are checked against its phase table then."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = super().__call__(*args, **kwargs)
         object.__setattr__(obj, "_frozen", True)
+        obj.check_contract()
         return obj
 
 
 class Strategy(Generic[StateT], metaclass=Frozen):
-    """Base class; subclasses set ``name``, ``Config`` and ``State`` and define
-    :meth:`phases`, :meth:`init_state` and one method per phase."""
+    """Base class; subclasses set ``name``, ``Config`` and ``State``, define
+    :meth:`init_state` and mark one method per phase with ``@phase``."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
     State: ClassVar[type]
+    # The roles its clients may have (:meth:`role`); a phase is declared for one of them
+    # or for all. Workers hold the training data.
+    roles: ClassVar[tuple[str, ...]] = (WORKER,)
     # True: a joining client gets its model through the method's own messages in its
     # first round (Combo's pulls), so the platform sends it no mean of its neighbours
     pulls_on_join: ClassVar[bool] = False
-    # True if no client ever writes the frozen weights of the model it was built from, so
-    # that processes on one machine may map a single read-only copy of them (a LoRA base,
-    # SubCGE's W while shared_weights_change() is False); False where frozen tensors are
-    # overwritten in place (SPES's expert versions)
-    frozen_weights_read_only: ClassVar[bool] = True
+    # The phase table, collected from the @phase marks when the class is defined
+    phase_table: ClassVar[tuple[Phase, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.phase_table = collect(cls, cls.roles)
 
     def __init__(self, cfg: Any, graph: GraphFacts) -> None:
         self.cfg = cfg
@@ -141,16 +193,54 @@ class Strategy(Generic[StateT], metaclass=Frozen):
 
     # ------------------------------------------------------------------ what to run
     def phases(self, round_: int) -> Sequence[str]:
-        raise NotImplementedError
+        """The phase names of round ``round_``: by default every declared phase once, in
+        the order declared. Override for a schedule that repeats or varies a phase."""
+        return tuple(dict.fromkeys(row.name for row in self.phase_table))
+
+    def role(self, cid: int) -> str:
+        """Client ``cid``'s role, one of :attr:`roles` (every client a worker by default)."""
+        return WORKER
 
     def data_holders(self) -> list[int]:
-        """Clients that own training data (a server vertex holds none)."""
-        return list(range(self.n))
+        """Clients that own training data: the workers (a server vertex holds none)."""
+        return [cid for cid in range(self.n) if self.role(cid) == WORKER]
+
+    def phase_method(self, phase: str, cid: int) -> Callable[..., Any] | None:
+        """The method that runs ``phase`` for client ``cid``, or None where the phase is
+        not declared for its role (the client takes no part in it)."""
+        rows = [row for row in self.phase_table if row.name == phase]
+        if not rows:
+            raise StrategyError(self._undeclared(phase))
+        role = self.role(cid)
+        for row in rows:
+            if row.role is None or row.role == role:
+                return getattr(self, row.method)  # type: ignore[no-any-return]
+        return None
 
     def run_phase(self, client: Client[StateT], inbox: list[Message],
                   ctx: PhaseContext) -> list[Message]:
-        """Dispatch to the method named like the phase (the only dispatch there is)."""
-        return getattr(self, ctx.phase)(client, inbox, ctx) or []
+        """Run ``ctx.phase`` for ``client`` through the phase table (the only dispatch
+        there is): nothing for a client whose role the phase was not declared for."""
+        method = self.phase_method(ctx.phase, client.cid)
+        if method is None:
+            return []
+        return method(client, Inbox.of(inbox, client.cid, ctx), ctx) or []
+
+    def check_contract(self) -> None:
+        """Refuse, at build time and in one line, a schedule that names an undeclared
+        phase or a client whose role the strategy does not list."""
+        for name in self.phases(0):
+            if not any(row.name == name for row in self.phase_table):
+                raise StrategyError(self._undeclared(name))
+        for cid in range(self.n):
+            if self.role(cid) not in self.roles:
+                raise StrategyError(f"strategy '{self.name}': client {cid} has role "
+                                    f"'{self.role(cid)}', not one of its roles {self.roles}")
+
+    def _undeclared(self, phase: str) -> str:
+        declared = ", ".join(dict.fromkeys(row.name for row in self.phase_table)) or "none"
+        return (f"strategy '{self.name}': phase '{phase}' is not declared (declared: "
+                f"{declared}); mark the method that runs it with @phase('{phase}')")
 
     # ------------------------------------------------------------------ set-up
     def init_process(self, model: torch.nn.Module) -> Any:
@@ -183,20 +273,10 @@ class Strategy(Generic[StateT], metaclass=Frozen):
             self.load_state_vector(client, vector)
         client.state = self.init_state(client, shared)
 
-    def shared_weights_change(self) -> bool:
-        """True if this strategy writes the frozen weights its clients share in a process
-        (SeedFlood folds its subspace into them): a checkpoint must then store them."""
-        return False
-
-    def shared_tensors(self, shared: Any) -> list[torch.Tensor]:
-        """Tensors of ``shared`` that hosted clients' models use as their own parameters
-        (SPES's frozen experts): a checkpoint stores them once, with ``shared``, rather than
-        once per client."""
-        return []
-
-    def restored(self, clients: Sequence[Client[StateT]], shared: Any) -> None:
-        """After a checkpoint was loaded into ``clients`` and ``shared``: re-establish what
-        values alone do not carry (which shared tensors a client's model uses)."""
+    def shared_tensors(self, shared: Any) -> SharedTensors:
+        """How the tensors the hosted clients share behave (:class:`SharedTensors`); by
+        default the frozen weights are never written and ``shared`` holds none."""
+        return SharedTensors()
 
     def begin_phase(self, ctx: PhaseContext, clients: Sequence[Client[StateT]]) -> None:
         """Work shared by the clients hosted in one process, before they run ``ctx.phase``

@@ -29,7 +29,9 @@ from decent.core.messages import Message
 from decent.core.schema import in_range
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.strategies.phases import phase
 
 
 @dataclass
@@ -74,9 +76,6 @@ class ChocoSGD(Strategy[ChocoState]):
             )
         self.compressor = build_compressor(cfg.compression)
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "gossip")
-
     def init_state(self, client: Client[ChocoState], shared: Any) -> ChocoState:
         # θ̂_i = θ_0 and s_i = Σ_j w_ij θ_0 = θ_0
         return ChocoState(make_optimizer(client.model, self.cfg),
@@ -87,7 +86,8 @@ class ChocoSGD(Strategy[ChocoState]):
         return ("every client keeps its neighbours' public copies in step with the "
                 "increments they send: one that leaves stops them for good")
 
-    def local(self, client: Client[ChocoState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[ChocoState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
         state = client.state
@@ -105,8 +105,9 @@ class ChocoSGD(Strategy[ChocoState]):
                 state.mixed[name] += w_self * dq
         return self.to_neighbours(client, ctx, "q", q)
 
+    @phase()
     @torch.no_grad()
-    def gossip(self, client: Client[ChocoState], inbox: list[Message],
+    def gossip(self, client: Client[ChocoState], inbox: Inbox,
                ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
         public, mixed = client.state.public, client.state.mixed

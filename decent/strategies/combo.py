@@ -52,7 +52,9 @@ from decent.core.messages import Message
 from decent.core.schema import at_least, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.strategies.phases import phase
 from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 
 PULL, SEGMENT = "pull", "segment"
@@ -144,7 +146,8 @@ class Combo(Strategy[ComboState]):
         client.state.fresh = True
 
     # ------------------------------------------------------------------ the phases
-    def local(self, client: Client[ComboState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[ComboState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         cfg, state = self.cfg, client.state
         self._heard_from(state, inbox)
@@ -166,27 +169,25 @@ class Combo(Strategy[ComboState]):
         return [self._request(client.cid, j, seg, ctx.round)
                 for seg, peers in enumerate(state.asked) for j in peers]
 
-    def serve(self, client: Client[ComboState], inbox: list[Message],
+    @phase()
+    def serve(self, client: Client[ComboState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         state = client.state
         self._heard_from(state, inbox)
-        self._collect(state, inbox, ctx)
+        self._collect(state, inbox)
         out = []
         if not state.fresh:  # answer this round's requests (a newcomer is never asked)
             bounds = segment_bounds(state.flat.numel(), self.cfg.segments)
             size = data_size(client)
             wire = WIRE_DTYPES[self.cfg.wire_dtype]
-            for msg in inbox:
-                if msg.tag != PULL or msg.undeliverable or msg.sent_round != ctx.round:
-                    continue
+            for msg in inbox.fresh(PULL):
                 _, seg = (int(v) for v in msg.payload)
                 lo, hi = bounds[seg]
                 out.append(Message(client.cid, msg.src, SEGMENT, {
                     "values": state.flat[lo:hi].to(wire, copy=True),
                     "header": np.array([ctx.round, seg, size], dtype=np.int32)}))
         if ctx.step <= self.cfg.retries:  # a later serve phase can still answer
-            bounced = [m for m in inbox
-                       if m.tag == PULL and m.undeliverable and m.src == client.cid]
+            bounced = inbox.bounced(PULL)
             state.offline.update(m.dst for m in bounced)  # all marked before any re-send
             for msg in bounced:
                 seg = int(msg.payload[1])
@@ -196,12 +197,13 @@ class Combo(Strategy[ComboState]):
                     out.append(self._request(client.cid, peer, seg, ctx.round))
         return out
 
+    @phase()
     @torch.no_grad()
-    def aggregate(self, client: Client[ComboState], inbox: list[Message],
+    def aggregate(self, client: Client[ComboState], inbox: Inbox,
                   ctx: PhaseContext) -> None:
         state = client.state
         self._heard_from(state, inbox)
-        self._collect(state, inbox, ctx)
+        self._collect(state, inbox)
         own = state.flat
         assert own is not None
         own_size = data_size(client)
@@ -238,18 +240,15 @@ class Combo(Strategy[ComboState]):
         return Message(src, dst, PULL, np.array([round_, segment], dtype=np.int32))
 
     @staticmethod
-    def _heard_from(state: ComboState, inbox: list[Message]) -> None:
+    def _heard_from(state: ComboState, inbox: Inbox) -> None:
         """A peer that sends anything is online again (and there this round)."""
-        for msg in inbox:
-            if not msg.undeliverable:
-                state.offline.discard(msg.src)
-                state.heard.add(msg.src)
+        for msg in inbox.delivered():
+            state.offline.discard(msg.src)
+            state.heard.add(msg.src)
 
     @staticmethod
-    def _collect(state: ComboState, inbox: list[Message], ctx: PhaseContext) -> None:
-        for msg in inbox:
-            if msg.tag != SEGMENT or msg.undeliverable or msg.sent_round != ctx.round:
-                continue
+    def _collect(state: ComboState, inbox: Inbox) -> None:
+        for msg in inbox.fresh(SEGMENT):
             _, seg, size = (int(v) for v in msg.payload["header"])
             state.got[seg][msg.src] = (size, msg.payload["values"])
 

@@ -17,8 +17,10 @@ import torch
 from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.gossip import average_with_neighbours
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.strategies.phases import phase
+from decent.strategies.toolkit import average_with_neighbours
 from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 
 
@@ -38,13 +40,11 @@ class DSGD(Strategy[DSGDState]):
     Config = DSGDConfig
     State = DSGDState
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "gossip")
-
     def init_state(self, client: Client[DSGDState], shared: Any) -> DSGDState:
         return DSGDState(make_optimizer(client.model, self.cfg))
 
-    def local(self, client: Client[DSGDState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[DSGDState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
         client.stats["loss"] = local_steps(
@@ -53,6 +53,7 @@ class DSGD(Strategy[DSGDState]):
         theta = params.snapshot(client.model, WIRE_DTYPES[cfg.wire_dtype])
         return self.to_neighbours(client, ctx, "params", theta)
 
-    def gossip(self, client: Client[DSGDState], inbox: list[Message],
+    @phase()
+    def gossip(self, client: Client[DSGDState], inbox: Inbox,
                ctx: PhaseContext) -> None:
         average_with_neighbours(client, inbox, ctx)

@@ -49,40 +49,48 @@ taken at (8 B), and the aggregators report the mean age of what they aggregate
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from decent.compression.base import Identity
-from decent.compression.error_feedback import ErrorFeedback
-from decent.compression.topk import TopK, TopKInt8
+from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.core.stats import Max, Mean
 from decent.models import params
-from decent.models.sensitivity import activation_sensitivity
 from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, noise_std
 from decent.robust.aggregators import AGGREGATORS, aggregate, weighted_mean
 from decent.robust.commitment import commitment, draw_nonce, verifies
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.dso_helpers import (
+    expected_coverage_rounds,
+    probe_sensitivity,
+    push_pull_coverage,
+)
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import (
     OPTIMIZERS,
     adamw_betas,
     check_betas,
     make_optimizer,
 )
+from decent.strategies.phases import AGGREGATOR, WORKER, phase
+from decent.strategies.toolkit import stochastic_gradient
+
+__all__ = ["DSO", "DSOConfig", "expected_coverage_rounds", "push_pull_coverage"]
 
 TOP_AGGREGATORS = (*AGGREGATORS, "weighted_mean")
 PROBES = ("public", "private")
-PROBE_SEED = 0  # the public probe batches' generator: the same for every worker
 SERVED = "served"  # with weighted_mean: the key of ĝ_a's count in G (no parameter's name)
 
 
 @dataclass
 class DSOConfig:
+    RENAMED: ClassVar[dict[str, str]] = {"keep": "compression.keep"}
+
     name: str = "dso"
     batch_size: int = at_least(1, 8)
     optimizer: str = one_of(OPTIMIZERS, "sgd")  # the step every client takes with g_agg
@@ -99,10 +107,11 @@ class DSOConfig:
     top_aggregator: str = one_of(TOP_AGGREGATORS, "mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
     verify_commitments: bool = True
-    # what travels: Top-k + INT8 (DSO's), Top-k with fp32 values, or dense fp32 (`keep`,
-    # `semantic` unused); every one with error feedback
-    compression: str = one_of(("topk_int8", "topk", "none"), "topk_int8")
-    keep: float = in_range(0.01, 0, 1, lo_open=True)  # Top-k fraction per tensor
+    # what travels, the section every method uses: Top-k + INT8 (DSO's, `keep` the
+    # fraction per tensor), Top-k, INT8 or dense (`identity`: `keep` and `semantic`
+    # unused); always with error feedback
+    compression: CompressionConfig = field(default_factory=lambda: CompressionConfig(
+        name="topk_int8", keep=0.01, error_feedback=True))
     semantic: bool = True  # rank by |g'| ⊙ s (false: by |g'|)
     # where s comes from: `public`, the task's held-out split, the same probe batches for
     # every worker (the report's fixed public probe set); `private`, the worker's own shard,
@@ -115,10 +124,18 @@ class DSOConfig:
     asynchronous: bool = False  # workers of different speeds, nobody waits (see above)
     dp: DPConfig = field(default_factory=DPConfig)
 
+    @property
+    def semantic_topk(self) -> bool:
+        """Entries are kept by |g'| ⊙ s: a Top-k compressor with ``semantic`` on."""
+        return self.semantic and self.compression.name in ("topk", "topk_int8")
+
     def validate(self, prefix: str = "strategy") -> None:
         check_betas(self.betas, prefix)
-        if (self.dp.enabled and self.probe == "private" and self.semantic
-                and self.compression != "none"):
+        if not self.compression.error_feedback:
+            raise ConfigError(f"{prefix}.compression.error_feedback", "DSO's workers and "
+                              "aggregators always keep the residual of what they send: "
+                              "leave it true")
+        if self.dp.enabled and self.probe == "private" and self.semantic_topk:
             raise ConfigError(f"{prefix}.probe", "a private probe decides which entries are "
                               "kept and the indices are not noised, so DP would not bound "
                               "what they leak: use probe=public (or semantic=false)")
@@ -146,6 +163,7 @@ class DSO(Strategy[DSOState]):
     name = "dso"
     Config = DSOConfig
     State = DSOState
+    roles = (AGGREGATOR, WORKER)
 
     def __init__(self, cfg: DSOConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)
@@ -154,11 +172,10 @@ class DSO(Strategy[DSOState]):
                               f"dso runs on a two_tier graph; got '{graph.name}'")
         self.tier = graph.tiers
         self.aggregators = [v for v in range(self.n) if graph.tiers[v] == v]
-        self.compressor = {"topk_int8": TopKInt8(cfg.keep), "topk": TopK(cfg.keep),
-                           "none": Identity()}[cfg.compression]
+        self.compressor = build_compressor(cfg.compression)
 
-    def data_holders(self) -> list[int]:
-        return [v for v in range(self.n) if v not in self.aggregators]
+    def role(self, cid: int) -> str:
+        return AGGREGATOR if self.is_aggregator(cid) else WORKER
 
     def is_aggregator(self, cid: int) -> bool:
         return self.tier[cid] == cid
@@ -189,16 +206,19 @@ class DSO(Strategy[DSOState]):
                          dp.population or len(self.data_holders()))
 
     # ------------------------------------------------------------------ workers
-    def compute(self, client: Client[DSOState], inbox: list[Message],
+    @phase(role=WORKER)
+    def compute(self, client: Client[DSOState], inbox: Inbox,
                 ctx: PhaseContext) -> list[Message]:
-        if self.is_aggregator(client.cid):
-            return []
         cfg, state = self.cfg, client.state
-        semantic = cfg.semantic and cfg.compression != "none"
+        semantic = cfg.semantic_topk
         if ctx.round % cfg.sensitivity_every == 0 and semantic:
             state.sensitivity = self.probe_sensitivity(client, ctx)
         if state.in_flight is None:
-            state.in_flight, state.started = self.gradient(client, ctx), ctx.round
+            # the gradient of the model held now; charged below, 1/p in each tick
+            loss, state.in_flight = stochastic_gradient(client, ctx.task, cfg.batch_size,
+                                                        charge=False)
+            client.stats["loss"] = loss
+            state.started = ctx.round
         period = self.period(client)
         client.count_steps(1 / period)  # a gradient of p ticks: 1/p of it in each
         if ctx.round < state.started + period - 1:
@@ -226,43 +246,16 @@ class DSO(Strategy[DSOState]):
             return 1
         return max(1, int(np.ceil(1.0 / client.speed - 1e-9)))
 
-    def gradient(self, client: Client[DSOState], ctx: PhaseContext) -> dict[str, torch.Tensor]:
-        """∇ loss of the worker's current model on a batch of its shard."""
-        client.model.train()
-        live = params.trainable_params(client.model)
-        loss = ctx.task.loss(client.model, client.data.sample(self.cfg.batch_size,
-                                                               client.generator))
-        grads = torch.autograd.grad(loss, list(live.values()))
-        client.stats["loss"] = float(loss.detach())
-        return {name: t.detach().clone() for name, t in zip(live, grads, strict=True)}
-
     def probe_sensitivity(self, client: Client[DSOState],
                           ctx: PhaseContext) -> dict[str, torch.Tensor]:
-        """Activation sensitivity on fixed probe batches, the same at every recomputation.
-        ``public``: from the task's held-out split with one generator for every worker, so
-        that s — and the entries it selects — depends on no worker's data; ``private``:
-        from the worker's shard, with a generator seeded by its id."""
-        if self.cfg.probe == "public":
-            data = ctx.task.public_data()
-            if data is None:
-                raise ConfigError("strategy.probe", f"task '{ctx.task.name}' has no public "
-                                  "held-out split to probe: use probe=private without DP, "
-                                  "or semantic=false")
-            generator = torch.Generator().manual_seed(PROBE_SEED)
-        else:
-            data, generator = client.data, torch.Generator().manual_seed(client.cid)
-        device = next(client.model.parameters()).device
-        batches = [tuple(t.to(device) for t in data.sample(self.cfg.batch_size, generator))
-                   for _ in range(self.cfg.probe_batches)]
-        return activation_sensitivity(client.model, batches, ctx.task.loss)
+        """s on the configured probe (:func:`~decent.strategies.dso_helpers.probe_sensitivity`)."""
+        cfg = self.cfg
+        return probe_sensitivity(client, ctx, cfg.probe, cfg.batch_size, cfg.probe_batches)
 
-    def reveal(self, client: Client[DSOState], inbox: list[Message],
+    @phase(role=WORKER)
+    def reveal(self, client: Client[DSOState], inbox: Inbox,
                ctx: PhaseContext) -> list[Message]:
         state = client.state
-        if self.is_aggregator(client.cid):
-            state.commits = {m.src: bytes(m.payload.numpy()) for m in self.fresh(inbox, ctx)
-                             if m.tag == "commit"}
-            return []
         if state.pending is None:
             return []  # asynchronous: no gradient finished this tick
         payload, nonce = state.pending
@@ -276,24 +269,27 @@ class DSO(Strategy[DSOState]):
         return [Message(client.cid, self.tier[client.cid], "reveal", reveal,
                         tampered=ctx.tamper is not None)]
 
-    def sync(self, client: Client[DSOState], inbox: list[Message], ctx: PhaseContext) -> None:
-        if self.is_aggregator(client.cid):
-            return
-        sets = [m.payload for m in self.fresh(inbox, ctx) if m.tag == "set"]
+    @phase(role=WORKER)
+    def sync(self, client: Client[DSOState], inbox: Inbox, ctx: PhaseContext) -> None:
+        sets = [m.payload for m in inbox.fresh("set")]
         if sets and sets[-1]:  # lost under a fault, or empty: the worker skips this step
             self.step(client, sets[-1])
 
     # ------------------------------------------------------------------ aggregators
-    def aggregate(self, client: Client[DSOState], inbox: list[Message],
+    @phase("reveal", role=AGGREGATOR)
+    def file_commitments(self, client: Client[DSOState], inbox: Inbox,
+                         ctx: PhaseContext) -> None:
+        """While its workers reveal: keep the digests they committed to."""
+        client.state.commits = {m.src: bytes(m.payload.numpy())
+                                for m in inbox.fresh("commit")}
+
+    @phase(role=AGGREGATOR)
+    def aggregate(self, client: Client[DSOState], inbox: Inbox,
                   ctx: PhaseContext) -> list[Message]:
-        if not self.is_aggregator(client.cid):
-            return []
         state, cfg = client.state, self.cfg
         live = params.trainable_params(client.model)
         accepted, rejected, ages = [], 0, []
-        for msg in self.fresh(inbox, ctx):
-            if msg.tag != "reveal":
-                continue
+        for msg in inbox.fresh("reveal"):
             update, nonce = msg.payload["update"], bytes(msg.payload["nonce"].numpy())
             digest = state.commits.get(msg.src)
             if cfg.verify_commitments and (digest is None
@@ -317,30 +313,27 @@ class DSO(Strategy[DSOState]):
                                                                   dtype=torch.int32)
         return self.push(client, ctx)
 
-    def answer(self, client: Client[DSOState], inbox: list[Message],
+    @phase(role=AGGREGATOR)
+    def answer(self, client: Client[DSOState], inbox: Inbox,
                ctx: PhaseContext) -> list[Message]:
         """The pull half of a gossip round: merge the pushes that came, and answer every
         aggregator that pushed here with the set held when the round began."""
-        if not self.is_aggregator(client.cid):
-            return []
         pushers = self.merge(client, inbox, ctx)
         state = client.state
         return [Message(client.cid, p, "reply", state.snapshot)
                 for p in sorted(set(pushers)) if p not in state.peers]
 
-    def gossip(self, client: Client[DSOState], inbox: list[Message],
+    @phase(role=AGGREGATOR)
+    def gossip(self, client: Client[DSOState], inbox: Inbox,
                ctx: PhaseContext) -> list[Message]:
         """Gossip round k − 1 ends with its answers merged; round k's pushes go out."""
-        if not self.is_aggregator(client.cid):
-            return []
         self.merge(client, inbox, ctx)
         self.record_coverage(client, ctx)
         return self.push(client, ctx)
 
-    def apply(self, client: Client[DSOState], inbox: list[Message],
+    @phase(role=AGGREGATOR)
+    def apply(self, client: Client[DSOState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
-        if not self.is_aggregator(client.cid):
-            return []
         self.merge(client, inbox, ctx)
         self.record_coverage(client, ctx)
         gathered = dict(sorted(client.state.gathered.items()))
@@ -351,11 +344,11 @@ class DSO(Strategy[DSOState]):
                 for w in ctx.graph.neighbors[client.cid]
                 if not self.is_aggregator(w) and (ctx.alive is None or w in ctx.alive)]
 
-    def merge(self, client: Client[DSOState], inbox: list[Message],
+    def merge(self, client: Client[DSOState], inbox: Inbox,
               ctx: PhaseContext) -> list[int]:
         """G ← G ∪ every set that arrived; the aggregators that pushed (to answer)."""
         pushers = []
-        for msg in self.fresh(inbox, ctx):
+        for msg in inbox.fresh():
             if msg.tag in ("push", "reply"):
                 for a, payload in msg.payload.items():
                     client.state.gathered.setdefault(a, payload)
@@ -399,76 +392,3 @@ class DSO(Strategy[DSOState]):
                    live: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {name: self.compressor.decompress(payload[name], p)
                 for name, p in live.items()}
-
-    @staticmethod
-    def fresh(inbox: list[Message], ctx: PhaseContext) -> list[Message]:
-        """This round's delivered messages (a late one from an earlier round is stale)."""
-        return [m for m in inbox if m.sent_round == ctx.round and not m.undeliverable]
-
-
-def expected_coverage_rounds(aggregators: int, fanout: int) -> int:
-    """⌈log_f A⌉: the gossip rounds after which every aggregator holds every ĝ w.h.p."""
-    return max(1, int(np.ceil(np.log(aggregators) / np.log(max(fanout, 2)) - 1e-12)))
-
-
-def push_pull_coverage(aggregators: int, fanout: int, rounds: int) -> list[float]:
-    """E[coverage_k], k = 1..rounds: the expected share of aggregators holding a given ĝ
-    after k push-pull rounds, each aggregator pushing to f = min(fanout, A − 1) uniformly
-    drawn others and pulling their sets, all between the sets held at the round's start.
-
-    Exact, by a Markov chain over n, the aggregators holding ĝ. From n, an uninformed
-    aggregator u is reached by a push from each of the n independently with probability
-    f/(A − 1), and pulls from an informed one unless its f peers all miss them, with
-    probability 1 − C(A − 1 − n, f)/C(A − 1, f). The pushes of the n informed are
-    dependent across u (each sends exactly f), so their union over the A − n uninformed
-    is built up one sender at a time; the pulls of the rest are independent. By symmetry
-    the mean over aggregators of |G|/A is E[n]/A."""
-    from math import comb
-
-    A, f = aggregators, min(fanout, aggregators - 1)
-    if A == 1:
-        return [1.0] * rounds
-
-    def hypergeom(total: int, good: int, draws: int) -> np.ndarray:
-        """P(k good among ``draws`` of ``total`` without replacement), k = 0..draws."""
-        return np.array([comb(good, k) * comb(total - good, draws - k) / comb(total, draws)
-                         for k in range(draws + 1)])
-
-    def step(n: int) -> np.ndarray:
-        """The distribution of the informed count after one round from n."""
-        u = A - n
-        covered = np.zeros(u + 1)  # uninformed reached by pushes so far
-        covered[0] = 1.0
-        hits = hypergeom(A - 1, u, f)  # a sender's peers among the uninformed
-        for _ in range(n):
-            nxt = np.zeros(u + 1)
-            for m in range(u + 1):
-                if covered[m] == 0:
-                    continue
-                for h, ph in enumerate(hits):
-                    if ph == 0:
-                        continue
-                    fresh = hypergeom(u, u - m, h)  # of its h, those not reached before
-                    for new, pn in enumerate(fresh):
-                        if pn:
-                            nxt[m + new] += covered[m] * ph * pn
-            covered = nxt
-        pull = 1 - comb(max(A - 1 - n, 0), f) / comb(A - 1, f)
-        out = np.zeros(A + 1)
-        for m in range(u + 1):
-            rest = u - m
-            for j in range(rest + 1):
-                out[n + m + j] += covered[m] * comb(rest, j) * pull**j * (1 - pull)**(rest - j)
-        return out
-
-    dist = np.zeros(A + 1)
-    dist[1] = 1.0
-    result = []
-    for _ in range(rounds):
-        nxt = np.zeros(A + 1)
-        for n in range(1, A + 1):
-            if dist[n]:
-                nxt += dist[n] * step(n)
-        dist = nxt
-        result.append(float(dist @ np.arange(A + 1)) / A)
-    return result

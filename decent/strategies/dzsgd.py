@@ -15,7 +15,9 @@ from typing import Any
 from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.gossip import average_with_neighbours
+from decent.strategies.inbox import Inbox
+from decent.strategies.phases import phase
+from decent.strategies.toolkit import average_with_neighbours
 from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 from decent.strategies.zo_training import ZOStepConfig, zo_steps
 
@@ -36,18 +38,17 @@ class DZSGD(Strategy[DZSGDState]):
     Config = DZSGDConfig
     State = DZSGDState
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "gossip")
-
     def init_state(self, client: Client[DZSGDState], shared: Any) -> DZSGDState:
         return DZSGDState()
 
-    def local(self, client: Client[DZSGDState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[DZSGDState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         client.stats["loss"], _ = zo_steps(client, ctx, self.cfg)
         theta = params.snapshot(client.model, WIRE_DTYPES[self.cfg.wire_dtype])
         return self.to_neighbours(client, ctx, "params", theta)
 
-    def gossip(self, client: Client[DZSGDState], inbox: list[Message],
+    @phase()
+    def gossip(self, client: Client[DZSGDState], inbox: Inbox,
                ctx: PhaseContext) -> None:
         average_with_neighbours(client, inbox, ctx)

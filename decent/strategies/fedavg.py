@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -27,8 +27,10 @@ from decent.core.messages import Message
 from decent.core.schema import in_range, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.gossip import newest_per_neighbour
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
+from decent.strategies.phases import SERVER as SERVER_ROLE
+from decent.strategies.phases import WORKER, phase
 
 SERVER = 0
 
@@ -72,10 +74,12 @@ class FedAvgState:
 
 class ServerStar:
     """What the methods with a server at vertex 0 of a star share: the graph they accept,
-    who holds data (the workers) and who may leave (the workers)."""
+    the roles (vertex 0 the server, every other vertex a worker, which holds data) and who
+    may leave (the workers)."""
 
     name: str
     n: int
+    roles: ClassVar[tuple[str, ...]] = (SERVER_ROLE, WORKER)
 
     def require_star(self, graph: GraphFacts) -> None:
         if not graph.is_star(SERVER):
@@ -84,11 +88,8 @@ class ServerStar:
                 f"{self.name} runs on a star (server at vertex 0); got '{graph.name}'",
             )
 
-    def data_holders(self) -> list[int]:
-        return [cid for cid in range(self.n) if cid != SERVER]
-
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "aggregate", "sync")
+    def role(self, cid: int) -> str:
+        return SERVER_ROLE if cid == SERVER else WORKER
 
     def churn_problem(self, client: int, kind: str) -> str | None:
         if client == SERVER:
@@ -118,10 +119,9 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
             feedback=ErrorFeedback(self.compressor) if cfg.compression.error_feedback else None,
         )
 
-    def local(self, client: Client[FedAvgState], inbox: list[Message],
+    @phase(role=WORKER)
+    def local(self, client: Client[FedAvgState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
-        if client.cid == SERVER:
-            return []
         state = client.state
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
@@ -137,13 +137,12 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
             wire = delta
         return [Message(client.cid, SERVER, "delta", wire)]
 
-    def aggregate(self, client: Client[FedAvgState], inbox: list[Message],
+    @phase(role=SERVER_ROLE)
+    def aggregate(self, client: Client[FedAvgState], inbox: Inbox,
                   ctx: PhaseContext) -> list[Message]:
-        if client.cid != SERVER:
-            return []
         # the mean of the deltas that arrived (under injected faults some may be lost;
         # with none, θ stays as it is)
-        arrived = list(newest_per_neighbour(client, inbox, ctx, tag="delta").values())
+        arrived = list(inbox.newest("delta").values())
         live = params.trainable_params(client.model)
         if arrived:
             for name, p in live.items():
@@ -156,7 +155,8 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
             client.state.outer.step()
         return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))
 
-    def sync(self, client: Client[FedAvgState], inbox: list[Message],
+    @phase(role=WORKER)
+    def sync(self, client: Client[FedAvgState], inbox: Inbox,
              ctx: PhaseContext) -> None:
-        for msg in newest_per_neighbour(client, inbox, ctx, tag="global").values():
+        for msg in inbox.newest("global").values():
             params.load(client.model, msg.payload)

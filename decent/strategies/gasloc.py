@@ -40,13 +40,14 @@ from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.gossip import newest_per_neighbour
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import (
     OPTIMIZERS,
     LocalTrainingConfig,
     local_steps,
     make_optimizer,
 )
+from decent.strategies.phases import phase
 from decent.strategies.wire import WIRE_DTYPES, wire_dtype_field
 
 EDGE_WEIGHTS = ("mixing", "unit")
@@ -98,9 +99,6 @@ class GASLoC(Strategy[GASLoCState]):
                 f"needs one H_i per worker: {graph.n} values (got {len(per_worker)})",
             )
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "gossip")
-
     def init_state(self, client: Client[GASLoCState], shared: Any) -> GASLoCState:
         cfg = self.cfg
         if cfg.local_steps_per_worker is not None:
@@ -112,7 +110,8 @@ class GASLoC(Strategy[GASLoCState]):
             h = cfg.local_steps
         return GASLoCState(make_optimizer(client.model, cfg), H=h)
 
-    def local(self, client: Client[GASLoCState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[GASLoCState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         cfg = self.cfg
         state = client.state
@@ -127,8 +126,9 @@ class GASLoC(Strategy[GASLoCState]):
         wire = {name: t.to(WIRE_DTYPES[cfg.wire_dtype]) for name, t in y.items()}
         return self.to_neighbours(client, ctx, "y", wire)
 
+    @phase()
     @torch.no_grad()
-    def gossip(self, client: Client[GASLoCState], inbox: list[Message],
+    def gossip(self, client: Client[GASLoCState], inbox: Inbox,
                ctx: PhaseContext) -> None:
         cfg = self.cfg
         state = client.state
@@ -137,7 +137,7 @@ class GASLoC(Strategy[GASLoCState]):
         w = ctx.graph.weights[client.cid]
         new = {name: t.clone() for name, t in y.items()}
         # a lost y_j leaves its term out (as if y_j = y_i); a late one is superseded
-        for msg in newest_per_neighbour(client, inbox, ctx).values():  # in source order
+        for msg in inbox.newest().values():  # in source order
             lam = w[msg.src] if cfg.edge_weights == "mixing" else 1.0
             for name, y_j in msg.payload.items():
                 new[name] -= cfg.gossip_step * lam * (y[name] - y_j.to(y[name].dtype))

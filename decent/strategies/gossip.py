@@ -1,4 +1,6 @@
-"""The gossip average θ_i ← Σ_{j ∈ N(i) ∪ {i}} w_ij θ_j, shared by DSGD and DZSGD."""
+"""Gossip mixing: Σ_{j ∈ N(i) ∪ {i}} w_ij t_j with the round graph's mixing weights, for
+the model (DSGD, DZSGD) or any tensors of a client's state. Part of the toolkit
+(:mod:`decent.strategies.toolkit`)."""
 
 from __future__ import annotations
 
@@ -9,41 +11,41 @@ import torch
 from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
+from decent.strategies.inbox import Inbox
 
-
-def newest_per_neighbour(client: Client[Any], inbox: list[Message], ctx: PhaseContext,
-                         tag: str | None = None) -> dict[int, Message]:
-    """The newest message (of ``tag``, if given) from each of this round's neighbours, in
-    source order.
-
-    Without faults every neighbour sends exactly one; under injected faults one may be
-    missing (lost) or come twice (a late one beside the fresh one), and a late message may
-    come from a client that is no neighbour this round (a time-varying graph): it is
-    ignored."""
-    neighbours = set(ctx.graph.neighbors[client.cid])
-    newest: dict[int, Message] = {}
-    for msg in inbox:  # sorted by (source, phase sent): the last per source is the newest
-        if msg.src in neighbours and not msg.undeliverable and (tag is None or msg.tag == tag):
-            newest[msg.src] = msg
-    return newest
+Tensors = dict[str, torch.Tensor]
 
 
 @torch.no_grad()
-def average_with_neighbours(client: Client[Any], inbox: list[Message],
-                            ctx: PhaseContext) -> None:
-    """Mix the client's trainable tensors with its neighbours' (each message's payload is
-    a name → tensor dict, at any wire dtype) using the round graph's mixing weights.
+def mix_with_neighbours(client: Client[Any], own: Tensors, inbox: Inbox | list[Message],
+                        ctx: PhaseContext, part: str | None = None,
+                        tag: str | None = None) -> Tensors:
+    """Σ_{j ∈ N(i) ∪ {i}} w_ij t_j for the tensors ``own`` of client i (any of its state:
+    the model, a tracker, a public copy), with the neighbours' t_j in the newest message
+    (of ``tag``) from each: its payload, or ``payload[part]`` when one message carries
+    several named dicts. Received values are cast to ``own``'s dtypes (any wire dtype).
 
-    The newest message per neighbour is used, and the weight of a neighbour whose message
-    was lost stays with the client's own tensors, so the weights still sum to one.
-    Without faults this is the plain gossip average."""
+    The weight of a neighbour whose message was lost stays with the client's own tensors,
+    so the weights still sum to one; without faults this is the plain gossip average.
+    Returns new tensors; ``own`` is not written."""
+    if not isinstance(inbox, Inbox):  # the bare messages (a benchmark, a hand-made test)
+        inbox = Inbox.of(inbox, client.cid, ctx)
     w = ctx.graph.weights[client.cid]
-    newest = newest_per_neighbour(client, inbox, ctx)
-    own = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
-                              if j not in newest)
-    live = params.trainable_params(client.model)
-    mixed = {name: own * p for name, p in live.items()}
+    newest = inbox.newest(tag)
+    keep = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
+                               if j not in newest)
+    mixed = {name: keep * t for name, t in own.items()}
     for src, msg in newest.items():  # in source order: the sum's order is fixed
-        for name, value in msg.payload.items():
+        payload = msg.payload if part is None else msg.payload[part]
+        for name, value in payload.items():
             mixed[name] += w[src] * value.to(mixed[name].dtype)
-    params.load(client.model, mixed)
+    return mixed
+
+
+@torch.no_grad()
+def average_with_neighbours(client: Client[Any], inbox: Inbox | list[Message],
+                            ctx: PhaseContext, tag: str | None = None) -> None:
+    """Mix the client's trainable tensors with its neighbours' (each message's payload a
+    name → tensor dict): θ_i ← Σ_j w_ij θ_j, by :func:`mix_with_neighbours`."""
+    live = params.trainable_params(client.model)
+    params.load(client.model, mix_with_neighbours(client, live, inbox, ctx, tag=tag))

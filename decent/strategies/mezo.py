@@ -12,6 +12,8 @@ from typing import Any
 
 from decent.core.messages import Message
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.inbox import Inbox
+from decent.strategies.phases import phase
 from decent.strategies.zo_training import ZOStepConfig, zo_steps
 
 
@@ -30,13 +32,11 @@ class MeZO(Strategy[MeZOState]):
     Config = MeZOConfig
     State = MeZOState
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local",)
-
     def init_state(self, client: Client[MeZOState], shared: Any) -> MeZOState:
         return MeZOState()
 
-    def local(self, client: Client[MeZOState], inbox: list[Message],
+    @phase()
+    def local(self, client: Client[MeZOState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         client.stats["loss"], _ = zo_steps(client, ctx, self.cfg)
         return []

@@ -22,7 +22,8 @@ import torch
 from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
-from decent.strategies.gossip import newest_per_neighbour
+from decent.strategies.inbox import Inbox
+from decent.strategies.phases import phase
 from decent.strategies.zo_training import ZOStepConfig, zo_steps
 from decent.zo import mezo
 
@@ -43,14 +44,12 @@ class SeedGossip(Strategy[SeedGossipState]):
     Config = SeedGossipConfig
     State = SeedGossipState
 
-    def phases(self, round_: int) -> tuple[str, ...]:
-        return ("local", "gossip")
-
     def init_state(self, client: Client[SeedGossipState], shared: Any) -> SeedGossipState:
         return SeedGossipState(theta0=params.snapshot(client.model))
 
+    @phase()
     @torch.no_grad()
-    def local(self, client: Client[SeedGossipState], inbox: list[Message],
+    def local(self, client: Client[SeedGossipState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
         state = client.state
         client.stats["loss"], updates = zo_steps(client, ctx, self.cfg)
@@ -62,11 +61,12 @@ class SeedGossip(Strategy[SeedGossipState]):
                    torch.tensor([state.coef[s] for s in seeds], dtype=torch.float32))
         return self.to_neighbours(client, ctx, "coefficients", payload)
 
+    @phase()
     @torch.no_grad()
-    def gossip(self, client: Client[SeedGossipState], inbox: list[Message],
+    def gossip(self, client: Client[SeedGossipState], inbox: Inbox,
                ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
-        newest = newest_per_neighbour(client, inbox, ctx)
+        newest = inbox.newest()
         # a lost neighbour's weight stays with the client's own coefficients
         own = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
                                   if j not in newest)

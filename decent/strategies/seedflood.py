@@ -48,7 +48,9 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message, Scalar, Seed
 from decent.core.schema import at_least, one_of, positive, seed_field
 from decent.core.stats import Max, Mean
-from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
+from decent.strategies.inbox import Inbox
+from decent.strategies.phases import phase
 from decent.zo.estimators import DenseMeZO, Replica, SubCGE, Update
 from decent.zo.seeds import draw_seed
 
@@ -143,8 +145,10 @@ class SeedFlood(Strategy[SeedFloodState]):
         return ("flooding relays every update over a fixed graph of known diameter, and "
                 "applies each exactly once: a missing relay leaves replicas apart for good")
 
-    def shared_weights_change(self) -> bool:
-        return self.cfg.estimator == "subcge" and self.cfg.refresh_every > 0
+    def shared_tensors(self, shared: SeedFloodProcess) -> SharedTensors:
+        # a subspace refresh folds U A Vᵀ into the frozen W the replicas share
+        refreshed = self.cfg.estimator == "subcge" and self.cfg.refresh_every > 0
+        return SharedTensors(frozen="written" if refreshed else "read_only")
 
     def init_state(self, client: Client[SeedFloodState],
                    shared: SeedFloodProcess) -> SeedFloodState:
@@ -168,7 +172,8 @@ class SeedFlood(Strategy[SeedFloodState]):
             shared.history.clear()
 
     # ------------------------------------------------------------------ phases
-    def compute(self, client: Client[SeedFloodState], inbox: list[Message],
+    @phase()
+    def compute(self, client: Client[SeedFloodState], inbox: Inbox,
                 ctx: PhaseContext) -> list[Message]:
         """(B) estimate α on a fresh batch and seed; send 1 of the flooding."""
         state = client.state
@@ -177,12 +182,14 @@ class SeedFlood(Strategy[SeedFloodState]):
         outgoing, state.carry = [own, *state.carry], []
         return self.send(client, ctx, outgoing)
 
-    def forward(self, client: Client[SeedFloodState], inbox: list[Message],
+    @phase()
+    def forward(self, client: Client[SeedFloodState], inbox: Inbox,
                 ctx: PhaseContext) -> list[Message]:
         """Sends 2..k: forward what was first seen at the previous send."""
         return self.send(client, ctx, self.receive(client.state, inbox))
 
-    def apply(self, client: Client[SeedFloodState], inbox: list[Message],
+    @phase()
+    def apply(self, client: Client[SeedFloodState], inbox: Inbox,
               ctx: PhaseContext) -> None:
         """Take in send k; keep what is still travelling for the next iteration's send 1;
         apply every update seen this iteration."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,9 +45,9 @@ from decent.models import params
 from decent.models.expert_merging import SIMILARITY, TASK_VECTORS, merge_layer
 from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
 from decent.models.router_losses import RouterLossConfig
-from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
 from decent.strategies.fedavg import SERVER, OuterStepConfig, ServerStar, outer_optimizer
-from decent.strategies.gossip import newest_per_neighbour
+from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import (
     OPTIMIZERS,
     LRScheduleConfig,
@@ -54,6 +55,8 @@ from decent.strategies.local_training import (
     local_steps,
     make_optimizer,
 )
+from decent.strategies.phases import SERVER as SERVER_ROLE
+from decent.strategies.phases import WORKER, phase
 
 PARTITIONS = ("contiguous", "round_robin", "explicit")
 INITIAL = -1  # version key of the initial model's experts
@@ -150,8 +153,6 @@ class SPESState:
 
 class SPES(ServerStar, Strategy[SPESState]):
     name = "spes"
-    # each process keeps versions of the frozen experts that broadcasts overwrite in place
-    frozen_weights_read_only = False
     Config = SPESConfig
     State = SPESState
 
@@ -215,10 +216,9 @@ class SPES(ServerStar, Strategy[SPESState]):
         return SPESState()
 
     # ------------------------------------------------------------------ the round
-    def local(self, client: Client[SPESState], inbox: list[Message],
+    @phase(role=WORKER)
+    def local(self, client: Client[SPESState], inbox: Inbox,
               ctx: PhaseContext) -> list[Message]:
-        if client.cid == SERVER:
-            return []
         shared: SPESProcess = ctx.shared
         live = dict(client.model.named_parameters())
         start = {n: live[n].detach().clone() for n in shared.phi_names}
@@ -229,14 +229,13 @@ class SPES(ServerStar, Strategy[SPESState]):
         upload.update({n: live[n].detach().clone() for n in shared.own(client.cid)})
         return [Message(client.cid, SERVER, "update", upload)]
 
+    @phase(role=SERVER_ROLE)
     @torch.no_grad()
-    def aggregate(self, client: Client[SPESState], inbox: list[Message],
+    def aggregate(self, client: Client[SPESState], inbox: Inbox,
                   ctx: PhaseContext) -> list[Message]:
-        if client.cid != SERVER:
-            return []
         shared: SPESProcess = ctx.shared
         live = dict(client.model.named_parameters())
-        arrived = newest_per_neighbour(client, inbox, ctx, tag="update")
+        arrived = inbox.newest("update")
         if arrived:  # φ: one outer step on the mean Δφ (under faults, of those that came)
             for name in shared.phi_names:
                 live[name].grad = sum(m.payload[name] for m in arrived.values()) / len(arrived)
@@ -262,9 +261,10 @@ class SPES(ServerStar, Strategy[SPESState]):
             return 0.0
         return cfg.merge_alpha * (1 - t / cfg.merge_warmup_steps)
 
+    @phase(role=WORKER)
     @torch.no_grad()
-    def sync(self, client: Client[SPESState], inbox: list[Message], ctx: PhaseContext) -> None:
-        msg = newest_per_neighbour(client, inbox, ctx, tag="global").get(SERVER)
+    def sync(self, client: Client[SPESState], inbox: Inbox, ctx: PhaseContext) -> None:
+        msg = inbox.newest("global").get(SERVER)
         if msg is None:  # lost: the worker keeps the model it has
             return
         shared: SPESProcess = ctx.shared
@@ -290,13 +290,18 @@ class SPES(ServerStar, Strategy[SPESState]):
         for stale in set(frozen.versions) - set(frozen.holders.values()):
             del frozen.versions[stale]
 
-    def shared_tensors(self, shared: SPESProcess) -> list[torch.Tensor]:
-        return [t for version in shared.frozen.versions.values() for t in version.values()]
+    def shared_tensors(self, shared: SPESProcess) -> SharedTensors:
+        """The versions of the frozen experts, held once per process; after a restore each
+        worker is pointed at its version again. The initial model's experts are the
+        evaluated global model's (``init_eval_state``), written at every evaluation."""
 
-    def restored(self, clients: Sequence[Client[SPESState]], shared: SPESProcess) -> None:
-        for client in clients:
-            if client.cid in shared.frozen.holders:
-                self._hold(client, shared, shared.frozen.holders[client.cid])
+        def relink(clients: Sequence[Client[Any]]) -> None:
+            for client in clients:
+                if client.cid in shared.frozen.holders:
+                    self._hold(client, shared, shared.frozen.holders[client.cid])
+
+        held = tuple(t for version in shared.frozen.versions.values() for t in version.values())
+        return SharedTensors(frozen="private", tensors=held, relink=relink)
 
     def bootstrap(self, client: Client[SPESState], vector: np.ndarray | None,
                   shared: SPESProcess) -> None:

@@ -1,0 +1,92 @@
+"""The contract's toolkit: what a method's phases compute with, besides the local
+optimiser loops of :mod:`decent.strategies.local_training`.
+
+* :func:`gradient` / :func:`stochastic_gradient` — one gradient of the task loss at the
+  client's model (a gradient method's ∇f_i(x; ξ), no optimiser step);
+* :func:`shard_batches` / :func:`shard_gradient` — the client's whole shard, every example
+  exactly once (``ClientData.sample`` draws with replacement), and the full local
+  gradient ∇f_i(x) over it;
+* :func:`mix_with_neighbours` — Σ_j w_ij t_j for any tensors of the state (a tracker, a
+  public copy), with the round graph's mixing weights; :func:`average_with_neighbours`
+  is it applied to the model.
+
+Every function reads the client's own RNG only where it says so, so it never shifts
+another stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from decent.core.errors import StrategyError
+from decent.models import params
+from decent.strategies.base import Client
+from decent.strategies.gossip import average_with_neighbours, mix_with_neighbours
+from decent.tasks.base import ClientData, Task
+
+Tensors = dict[str, torch.Tensor]
+__all__ = ["average_with_neighbours", "gradient", "mix_with_neighbours", "shard_batches",
+           "shard_gradient", "stochastic_gradient"]
+
+
+def gradient(client: Client[Any], task: Task,
+             batch: tuple[torch.Tensor, ...]) -> tuple[float, Tensors]:
+    """The loss of the client's model on ``batch`` and its gradient with respect to every
+    trainable tensor (detached copies, by name); the model's ``.grad`` is left alone.
+    Charges no compute: see :func:`stochastic_gradient`."""
+    client.model.train()
+    live = params.trainable_params(client.model)
+    loss = task.loss(client.model, batch)
+    grads = torch.autograd.grad(loss, list(live.values()))
+    return float(loss.detach()), {name: t.detach().clone()
+                                  for name, t in zip(live, grads, strict=True)}
+
+
+def stochastic_gradient(client: Client[Any], task: Task, batch_size: int,
+                        charge: bool = True) -> tuple[float, Tensors]:
+    """:func:`gradient` on one batch drawn from the client's shard with its own
+    generator; charged as one step of compute unless ``charge`` is False (a method that
+    charges a gradient in parts itself, e.g. over several ticks)."""
+    if charge:
+        client.count_steps(1)
+    return gradient(client, task, client.data.sample(batch_size, client.generator))
+
+
+def shard_batches(data: ClientData, batch_size: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The shard in order, ``batch_size`` examples at a time (the last batch may be
+    smaller): every example exactly once, and no RNG drawn."""
+    for lo in range(0, len(data), batch_size):
+        idx = torch.arange(lo, min(lo + batch_size, len(data)), device=data.x.device)
+        yield _rows(data, idx)
+
+
+def shard_gradient(client: Client[Any], task: Task,
+                   batch_size: int) -> tuple[float, Tensors]:
+    """The full local loss f_i(x) and gradient ∇f_i(x): the mean over the client's whole
+    shard, computed in batches and weighted by their sizes (the task's loss is a mean
+    over a batch). Charged as one step per batch."""
+    total, n = 0.0, len(client.data)
+    summed: Tensors = {}
+    for batch in shard_batches(client.data, batch_size):
+        size = int(batch[0].shape[0])
+        loss, grads = gradient(client, task, batch)
+        client.count_steps(1)
+        total += loss * size / n
+        for name, g in grads.items():
+            part = g * (size / n)
+            summed[name] = part if name not in summed else summed[name] + part
+    return total, summed
+
+
+def _rows(data: ClientData, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The batch of the examples ``idx`` as ``data.sample`` would form it."""
+    rows = getattr(data, "rows", None)
+    if rows is not None:  # a shard that forms its own batches (padded prompts)
+        return rows(idx)  # type: ignore[no-any-return]
+    if type(data).sample is not ClientData.sample:
+        raise StrategyError(f"{type(data).__name__} forms its batches in its own sample(): "
+                            "give it a rows(idx) method to iterate it in order")
+    return data.x[idx], data.y[idx]
