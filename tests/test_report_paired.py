@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from decent.tools.cli import main
-from decent.tools.report import find_runs, paired, value_at
+from decent.tools.report_paired import paired, value_at
+from decent.tools.run_records import find_runs
 
 
 def record(root: Path, name: str, strategy: dict, seed: int,

@@ -1,0 +1,61 @@
+"""Finished runs as a report reads them: each run directory's flattened config, summary
+and metric rows, and which config keys differ between runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decent.core.errors import ConfigError
+
+IGNORED = ("name", "seed", "tracking.", "sweep.", "ray.")
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]  # flattened: "strategy.lr" → 0.1
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def find_runs(paths: list[str]) -> list[Run]:
+    runs = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise ConfigError("paths", f"{root} does not exist")
+        candidates = [root] if (root / "summary.json").is_file() else \
+            sorted(p.parent for p in root.rglob("summary.json"))
+        for path in candidates:
+            if path.name.startswith(".") or not (path / "config.yaml").is_file():
+                continue
+            rows = [json.loads(line) for line in
+                    (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            runs.append(Run(path, flatten(yaml.safe_load((path / "config.yaml").read_text())),
+                            json.loads((path / "summary.json").read_text()), rows))
+    if not runs:
+        raise ConfigError("paths", f"no finished run (a folder with summary.json) under "
+                          f"{', '.join(paths)}")
+    return runs
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    keys = sorted({k for r in runs for k in r.config})
+    return [k for k in keys if not k.startswith(IGNORED)
+            and len({json.dumps(r.config.get(k), sort_keys=True) for r in runs}) > 1]
