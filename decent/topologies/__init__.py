@@ -13,15 +13,9 @@ from __future__ import annotations
 
 from decent.core.graph import GraphFacts, RoundGraph
 from decent.topologies.analysis import diameter, format_summary, spectral_gap, summarize
-from decent.topologies.builders import (
-    TOPOLOGIES,
-    Topology,
-    TopologyConfig,
-    build_topology,
-    snapshot,
-    validate,
-)
+from decent.topologies.config import TOPOLOGIES, TopologyConfig
 from decent.topologies.mixing import laplacian, metropolis_weights, mixing_matrix, uniform_weights
+from decent.topologies.topology import Topology, build_topology, snapshot, validate
 
 __all__ = [
     "TOPOLOGIES",

@@ -8,7 +8,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from decent.topologies.builders import Topology
+from decent.topologies.topology import Topology
 
 
 def spectral_gap(W: np.ndarray) -> float:

@@ -1,0 +1,112 @@
+"""The :class:`Topology` the platform runs on: the graph of each round, its mixing matrix
+and the plain-Python :class:`RoundGraph` snapshot handed to strategies and the router."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from decent.core.errors import ConfigError
+from decent.core.graph import GraphFacts, RoundGraph
+from decent.core.schema import validate_fields
+from decent.topologies.builders import STATIC_BUILDERS, TIME_VARYING_BUILDERS
+from decent.topologies.config import TopologyConfig
+from decent.topologies.mixing import mixing_matrix
+from decent.topologies.two_tier import Latency, nearest_aggregators, two_tier
+
+
+def snapshot(G: nx.Graph, W: np.ndarray) -> RoundGraph:
+    """The plain-Python view of ``G`` (nodes ``0..n-1``) with mixing matrix ``W`` (n×n)."""
+    n = G.number_of_nodes()
+    if W.shape != (n, n):
+        raise ValueError(f"mixing matrix has shape {W.shape}, expected ({n}, {n})")
+    neighbors = tuple(tuple(sorted(int(j) for j in G.adj[i] if j != i)) for i in range(n))
+    weights = tuple({j: float(W[i, j]) for j in (*neighbors[i], i)} for i in range(n))
+    return RoundGraph(n=n, neighbors=neighbors, weights=weights)
+
+
+class Topology:
+    """The communication graph of a run, possibly different in every round.
+
+    The platform asks for :meth:`round_graph` in every phase of every round, so the
+    networkx graph, its mixing matrix and the :class:`RoundGraph` snapshot are built once
+    for static topologies and cached for the most recent round of time-varying ones.
+    """
+
+    def __init__(self, cfg: TopologyConfig, latency: Latency | None = None) -> None:
+        validate(cfg)
+        self.cfg = cfg
+        # two_tier: each worker's aggregator, by the network model's latency
+        self.assignment = nearest_aggregators(cfg.n, cfg.aggregators, latency) \
+            if cfg.name == "two_tier" else None
+        self.name = cfg.name
+        self.n = cfg.n
+        self.weights = cfg.weights
+        self.time_varying = cfg.name in TIME_VARYING_BUILDERS
+        self._round: int | None = None
+        self._cached: tuple[nx.Graph, np.ndarray, RoundGraph] | None = None
+        if not self.time_varying:
+            G = two_tier(cfg, self.assignment) if self.assignment is not None \
+                else STATIC_BUILDERS[cfg.name](cfg)
+            if not nx.is_connected(G):
+                k = nx.number_connected_components(G)
+                raise ConfigError(
+                    "topology",
+                    f"{cfg.name} graph is disconnected (components: {k}); clients in "
+                    "different components can never agree — add edges joining them",
+                )
+            W = mixing_matrix(G, cfg.weights)
+            self._static = (G, W, snapshot(G, W))
+
+    def _at(self, round: int) -> tuple[nx.Graph, np.ndarray, RoundGraph]:
+        if not self.time_varying:
+            return self._static
+        if self._round != round or self._cached is None:
+            G = TIME_VARYING_BUILDERS[self.name](self.cfg, round)
+            W = mixing_matrix(G, self.weights)
+            self._cached = (G, W, snapshot(G, W))
+            self._round = round
+        return self._cached
+
+    def graph(self, round: int = 0) -> nx.Graph:
+        """The networkx graph of ``round`` (the same object every round if static).
+
+        Treat it as read-only: the cached mixing matrix and snapshot are derived from it.
+        """
+        return self._at(round)[0]
+
+    def mixing_matrix(self, round: int = 0) -> np.ndarray:
+        """The ``n×n`` mixing matrix of ``round`` under ``topology.weights``."""
+        return self._at(round)[1]
+
+    def diameter(self, round: int = 0) -> int:
+        """Longest shortest path of the round's graph (static graphs are connected)."""
+        return int(nx.diameter(self.graph(round)))
+
+    def round_graph(self, round: int) -> RoundGraph:
+        """The plain-Python view of ``round`` handed to strategies and the router."""
+        return self._at(round)[2]
+
+    def facts(self) -> GraphFacts:
+        """What a strategy is built from: n, time-varying or not, diameter and degrees."""
+        if self.time_varying:
+            return GraphFacts(self.name, self.n, True, None, None)
+        G = self.graph(0)
+        tiers = None if self.assignment is None else tuple(
+            self.assignment.get(v, v) for v in range(self.n))
+        return GraphFacts(self.name, self.n, False, self.diameter(),
+                          tuple(int(G.degree(i)) for i in range(self.n)), tiers)
+
+    def __repr__(self) -> str:
+        return f"Topology(name={self.name!r}, n={self.n}, time_varying={self.time_varying})"
+
+
+def validate(cfg: TopologyConfig) -> None:
+    """Check every field against its declared range (builders check their own fields)."""
+    validate_fields(cfg, "topology")
+
+
+def build_topology(cfg: TopologyConfig, latency: Latency | None = None) -> Topology:
+    """Validate ``cfg`` and build its topology (static graphs are built and checked now);
+    ``latency(i, j)`` in seconds places a two-tier graph's workers."""
+    return Topology(cfg, latency)
