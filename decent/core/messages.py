@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from decent.core.errors import StrategyError
+from decent.core.tree import tree_leaves, tree_map
 
 SEED_BYTES = 8
 SCALAR_BYTES = 4
@@ -56,6 +57,12 @@ class Declared:
 
     payload: Any
     nbytes: int
+
+
+# What a payload may hold beyond dicts, lists and tuples for the walks that look inside
+# it (moving, encoding, attacking its tensors): a compressed payload, whose stated size
+# is kept. wire_size does not look inside: the stated size is what it counts.
+PAYLOAD_NODES: tuple[type, ...] = (Declared,)
 
 
 @dataclass
@@ -87,41 +94,35 @@ class Message:
     tampered: bool = False
 
 
-def wire_size(payload: Any) -> int:
-    """Bytes that ``payload`` occupies on the wire (see the module docstring)."""
-    if payload is None:
+def _leaf_size(leaf: Any) -> int:
+    if leaf is None:
         return 0
-    if isinstance(payload, torch.Tensor):
-        return payload.numel() * payload.element_size()
-    if isinstance(payload, np.ndarray):
-        return int(payload.nbytes)
-    if isinstance(payload, Seed):
+    if isinstance(leaf, torch.Tensor):
+        return leaf.numel() * leaf.element_size()
+    if isinstance(leaf, np.ndarray):
+        return int(leaf.nbytes)
+    if isinstance(leaf, Seed):
         return SEED_BYTES
-    if isinstance(payload, Scalar):
+    if isinstance(leaf, Scalar):
         return SCALAR_BYTES
-    if isinstance(payload, Declared):
-        return int(payload.nbytes)
-    if isinstance(payload, dict):
-        return sum(wire_size(v) for v in payload.values())
-    if isinstance(payload, (list, tuple)):
-        return sum(wire_size(v) for v in payload)
+    if isinstance(leaf, Declared):
+        return int(leaf.nbytes)
     raise StrategyError(
-        f"payload of type {type(payload).__name__} has no wire size: send tensors, "
+        f"payload of type {type(leaf).__name__} has no wire size: send tensors, "
         "wrap seeds in Seed and float scalars in Scalar, or a Declared compressed payload"
     )
 
 
+def wire_size(payload: Any) -> int:
+    """Bytes that ``payload`` occupies on the wire (see the module docstring)."""
+    # no nodes: a Declared payload is a leaf here, counted at the size it states
+    return sum(_leaf_size(leaf) for leaf in tree_leaves(payload))
+
+
 def payload_to(payload: Any, device: torch.device | str) -> Any:
     """``payload`` with every tensor moved to ``device`` (a copy when it moves)."""
-    if isinstance(payload, torch.Tensor):
-        return payload.detach().to(device)
-    if isinstance(payload, Declared):
-        return Declared(payload_to(payload.payload, device), payload.nbytes)
-    if isinstance(payload, dict):
-        return {k: payload_to(v, device) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(payload_to(v, device) for v in payload)
-    return payload
+    return tree_map(lambda t: t.detach().to(device), payload, leaf=torch.Tensor,
+                    nodes=PAYLOAD_NODES)
 
 
 def messages_to(messages: dict[Any, list[Message]], device: torch.device | str

@@ -20,12 +20,24 @@ from typing import Any
 import numpy as np
 import torch
 
+from decent.core.tree import tree_map
+
 OPTIMIZER, GENERATOR, OBJECT, DATACLASS, TENSOR = (
     "__optimizer__", "__generator__", "__object__", "__dataclass__", "__tensor__")
 
 
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
 def capture(value: Any) -> Any:
     """A picklable, CPU-resident copy of ``value`` that :func:`restore` understands."""
+    # dicts, lists and tuples are walked by tree_map; a dataclass is a leaf checked
+    # before them (as a whole: it becomes a mapping of its fields)
+    return tree_map(_capture_leaf, value, is_leaf=_is_dataclass_instance)
+
+
+def _capture_leaf(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return {TENSOR: value.detach().to("cpu", copy=True)}
     if isinstance(value, torch.optim.Optimizer):
@@ -35,15 +47,11 @@ def capture(value: Any) -> Any:
     if isinstance(value, torch.nn.Module):
         raise TypeError("a model inside a strategy's state cannot be checkpointed: keep "
                         "tensors or optimisers there")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if _is_dataclass_instance(value):
         return {DATACLASS: (type(value), {f.name: capture(getattr(value, f.name))
                                           for f in dataclasses.fields(value)})}
-    if isinstance(value, dict):
-        return {k: capture(v) for k, v in value.items()}
     if isinstance(value, deque):
         return deque((capture(v) for v in value), maxlen=value.maxlen)
-    if isinstance(value, (list, tuple)):
-        return type(value)(capture(v) for v in value)
     if isinstance(value, (set, frozenset, np.ndarray, str, bytes, int, float, bool,
                           type(None))):
         return copy.deepcopy(value)
@@ -56,10 +64,22 @@ def _is(saved: Any, tag: str) -> bool:
     return isinstance(saved, dict) and len(saved) == 1 and tag in saved
 
 
+def _is_tagged(saved: Any) -> bool:
+    """A captured tensor, optimiser, generator, dataclass or object (not a plain dict)."""
+    return any(_is(saved, tag) for tag in (TENSOR, OPTIMIZER, GENERATOR, DATACLASS, OBJECT))
+
+
 @torch.no_grad()
 def restore(fresh: Any, saved: Any, device: torch.device | str = "cpu") -> Any:
     """``saved`` (from :func:`capture`) written into ``fresh`` where shapes agree; the
     value to keep (``fresh`` itself when restored in place)."""
+    # saved sets the shape; fresh is walked beside it (None wherever it has another
+    # shape: a dict without the key, a sequence of another length)
+    return tree_map(lambda s, f: _restore_leaf(f, s, device), saved, fresh,
+                    is_leaf=_is_tagged)
+
+
+def _restore_leaf(fresh: Any, saved: Any, device: torch.device | str) -> Any:
     if _is(saved, TENSOR):
         tensor = saved[TENSOR]
         if isinstance(fresh, torch.Tensor) and fresh.shape == tensor.shape \
@@ -83,13 +103,6 @@ def restore(fresh: Any, saved: Any, device: torch.device | str = "cpu") -> Any:
             object.__setattr__(target, name, restore(getattr(target, name, None), value,
                                                      device))
         return target
-    if isinstance(saved, dict):
-        old = fresh if isinstance(fresh, dict) else {}
-        return {k: restore(old.get(k), v, device) for k, v in saved.items()}
     if isinstance(saved, deque):
         return deque((restore(None, v, device) for v in saved), maxlen=saved.maxlen)
-    if isinstance(saved, (list, tuple)):
-        old = fresh if isinstance(fresh, (list, tuple)) and len(fresh) == len(saved) \
-            else [None] * len(saved)
-        return type(saved)(restore(f, v, device) for f, v in zip(old, saved, strict=True))
     return saved

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from decent.core.messages import Declared, Scalar
+from decent.core.messages import PAYLOAD_NODES, Scalar
 from decent.core.schema import at_least, number, one_of
+from decent.core.tree import tree_map
 
 ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay", "forge")
 
@@ -48,23 +51,22 @@ class AttackConfig:
     lag: int = at_least(1, 1)  # ``replay``: rounds back
 
 
-def _map_floats(payload: Any, fn: Any) -> Any:
-    """``payload`` with ``fn`` applied to each floating-point leaf (tensor or float)."""
-    if isinstance(payload, torch.Tensor):
-        return fn(payload) if payload.is_floating_point() else payload
-    if isinstance(payload, np.ndarray):
-        if np.issubdtype(payload.dtype, np.floating):
-            return fn(torch.from_numpy(payload)).numpy()
-        return payload
-    if isinstance(payload, Scalar):
-        return Scalar(float(fn(torch.tensor(payload.value, dtype=torch.float32))))
-    if isinstance(payload, Declared):
-        return Declared(_map_floats(payload.payload, fn), payload.nbytes)
-    if isinstance(payload, dict):
-        return {k: _map_floats(v, fn) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(_map_floats(v, fn) for v in payload)
-    return payload
+def _float_leaf(fn: Callable[[torch.Tensor], torch.Tensor], leaf: Any) -> Any:
+    """``fn`` applied to ``leaf`` when it holds floating-point values; other leaves kept."""
+    if isinstance(leaf, torch.Tensor):
+        return fn(leaf) if leaf.is_floating_point() else leaf
+    if isinstance(leaf, np.ndarray):
+        if np.issubdtype(leaf.dtype, np.floating):
+            return fn(torch.from_numpy(leaf)).numpy()
+        return leaf
+    return Scalar(float(fn(torch.tensor(leaf.value, dtype=torch.float32))))
+
+
+def _map_floats(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``payload`` with ``fn`` applied to each floating-point leaf (tensor or float), also
+    inside a compressed payload (``PAYLOAD_NODES``: its stated size is kept)."""
+    return tree_map(partial(_float_leaf, fn), payload,
+                    leaf=(torch.Tensor, np.ndarray, Scalar), nodes=PAYLOAD_NODES)
 
 
 def _noise(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:

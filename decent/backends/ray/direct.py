@@ -31,6 +31,7 @@ import ray
 
 from decent.backends.ray.transport import Held
 from decent.core.messages import Message
+from decent.core.tree import tree_leaves, tree_map
 from decent.engine.config import RayConfig
 
 # RDT's tensor transports and the collective backend each needs
@@ -74,7 +75,8 @@ class DirectPayloads:
 
     def posted(self, actor: int, messages: Iterable[Message]) -> None:
         """Record the keys ``actor`` kept for the messages it just sent."""
-        self.kept[actor].update(m.payload.key for m in messages if isinstance(m.payload, Held))
+        self.kept[actor].update(h.key for h in tree_leaves([m.payload for m in messages],
+                                                           leaf=Held))
 
     def settle(self, in_flight: Iterable[Message]) -> None:
         """After a phase: every kept key no message in flight refers to is released."""
@@ -98,8 +100,8 @@ class DirectPayloads:
                          for a, keys in want.items()])
         got = {(a, key): payload for a, part in zip(want, parts, strict=True)
                for key, payload in part.items()}
-        return [{k: [replace(m, payload=got[(m.payload.actor, m.payload.key)])
-                     if isinstance(m.payload, Held) else m for m in msgs]
+        return [{k: [replace(m, payload=tree_map(lambda h: got[(h.actor, h.key)], m.payload,
+                                                 leaf=Held)) for m in msgs]
                  for k, msgs in queue.items()} for queue in queues]
 
     def close(self) -> None:
@@ -113,7 +115,6 @@ class DirectPayloads:
 def held_keys(messages: Iterable[Message]) -> dict[int, set[int]]:
     """The kept payloads ``messages`` refer to: keys by the actor keeping them."""
     keys: dict[int, set[int]] = defaultdict(set)
-    for msg in messages:
-        if isinstance(msg.payload, Held):
-            keys[msg.payload.actor].add(msg.payload.key)
+    for held in tree_leaves([m.payload for m in messages], leaf=Held):
+        keys[held.actor].add(held.key)
     return keys

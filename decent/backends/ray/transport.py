@@ -17,7 +17,8 @@ import numpy as np
 import ray
 import torch
 
-from decent.core.messages import Declared, Message
+from decent.core.messages import PAYLOAD_NODES, Message
+from decent.core.tree import tree_map
 
 INLINE_BYTES = 64 * 1024
 
@@ -26,20 +27,6 @@ INLINE_BYTES = 64 * 1024
 class EncodedTensor:
     array: np.ndarray
     dtype: str  # torch dtype name, e.g. "float32", "bfloat16"
-
-
-def mapped(payload: Any, leaf: type, fn: Any) -> Any:
-    """``payload`` with every ``leaf`` inside it (through dicts, lists, tuples and
-    :class:`Declared`) replaced by ``fn(leaf)``."""
-    if isinstance(payload, leaf):
-        return fn(payload)
-    if isinstance(payload, dict):
-        return {k: mapped(v, leaf, fn) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(mapped(v, leaf, fn) for v in payload)
-    if isinstance(payload, Declared):
-        return Declared(mapped(payload.payload, leaf, fn), payload.nbytes)
-    return payload
 
 
 def encode_tensor(tensor: torch.Tensor) -> EncodedTensor:
@@ -51,7 +38,7 @@ def encode_tensor(tensor: torch.Tensor) -> EncodedTensor:
 
 def encode(payload: Any) -> Any:
     """Replace every tensor in ``payload`` by a numpy-backed :class:`EncodedTensor`."""
-    return mapped(payload, torch.Tensor, encode_tensor)
+    return tree_map(encode_tensor, payload, leaf=torch.Tensor, nodes=PAYLOAD_NODES)
 
 
 def decode(payload: Any, device: torch.device) -> Any:
@@ -63,7 +50,7 @@ def decode(payload: Any, device: torch.device) -> Any:
             t = t.view(torch.bfloat16)
         return t.to(device)
 
-    return mapped(payload, EncodedTensor, tensor)
+    return tree_map(tensor, payload, leaf=EncodedTensor, nodes=PAYLOAD_NODES)
 
 
 def view(payload: EncodedTensor) -> torch.Tensor:
@@ -121,7 +108,8 @@ class Held:
 def on_device(payload: Any, device: torch.device) -> Any:
     """``payload`` with every tensor contiguous on ``device`` (a no-op for those already
     there): what a sender keeps, and what a receiver decodes a handed payload to."""
-    return mapped(payload, torch.Tensor, lambda t: t.detach().to(device).contiguous())
+    return tree_map(lambda t: t.detach().to(device).contiguous(), payload, leaf=torch.Tensor,
+                    nodes=PAYLOAD_NODES)
 
 
 def keep(messages: list[Message], held: dict[int, Any], actor: int, next_key: int,
@@ -159,6 +147,6 @@ def resolve(inboxes: dict[int, list[Message]], actor: int, held: dict[int, Any],
             return held[h.key]
         return on_device(got[(h.actor, h.key)], device)
 
-    inboxes = {cid: [replace(m, payload=fetch(m.payload)) if isinstance(m.payload, Held)
-                     else m for m in msgs] for cid, msgs in inboxes.items()}
+    inboxes = {cid: [replace(m, payload=tree_map(fetch, m.payload, leaf=Held)) for m in msgs]
+               for cid, msgs in inboxes.items()}
     return receive(inboxes, device)
