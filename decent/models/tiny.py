@@ -57,7 +57,10 @@ _MOE_SHAPES = {
     "moe-300m": (512, 12, 8, 4, 16, 1024),
 }
 
-_TOKEN_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
+# What every tiny model shares, whatever its architecture: the offline tokenizer's
+# vocabulary and special tokens, and the context length
+_SHARED = {"vocab_size": VOCAB_SIZE, "max_position_embeddings": _MAX_POSITIONS,
+           "pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
 
 def tiny_config(alias: str) -> PretrainedConfig:
@@ -66,35 +69,30 @@ def tiny_config(alias: str) -> PretrainedConfig:
         from transformers import LlamaConfig
 
         return LlamaConfig(
-            vocab_size=VOCAB_SIZE,
             hidden_size=_HIDDEN,
             intermediate_size=_INTERMEDIATE,
             num_hidden_layers=_LAYERS,
             num_attention_heads=_HEADS,
             num_key_value_heads=_KV_HEADS,
-            max_position_embeddings=_MAX_POSITIONS,
             tie_word_embeddings=True,
-            **_TOKEN_IDS,
+            **_SHARED,
         )
     if alias == "tiny-opt":
         from transformers import OPTConfig
 
         return OPTConfig(
-            vocab_size=VOCAB_SIZE,
             hidden_size=_HIDDEN,
             word_embed_proj_dim=_HIDDEN,
             ffn_dim=_INTERMEDIATE,
             num_hidden_layers=_LAYERS,
             num_attention_heads=_HEADS,
-            max_position_embeddings=_MAX_POSITIONS,
-            **_TOKEN_IDS,
+            **_SHARED,
         )
     if alias in _MOE_SHAPES:
         from transformers import OlmoeConfig
 
         hidden, layers, heads, kv_heads, experts, inter = _MOE_SHAPES[alias]
         return OlmoeConfig(
-            vocab_size=VOCAB_SIZE,
             hidden_size=hidden,
             intermediate_size=inter,
             num_hidden_layers=layers,
@@ -102,8 +100,7 @@ def tiny_config(alias: str) -> PretrainedConfig:
             num_key_value_heads=kv_heads,
             num_experts=experts,
             num_experts_per_tok=_TOP_K,
-            max_position_embeddings=_MAX_POSITIONS,
-            **_TOKEN_IDS,
+            **_SHARED,
         )
     raise KeyError(f"unknown tiny model {alias!r}; known: {', '.join(TINY_ALIASES)}")
 

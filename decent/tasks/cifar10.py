@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, one_of, positive, text
-from decent.tasks.base import ClientData, Task
-from decent.tasks.partition import PARTITIONS, partition
+from decent.tasks.labelled import LabelledTask
+from decent.tasks.partition import PARTITIONS
 
 HUB_NAME = "uoft-cs/cifar10"
 # Per-channel statistics of the CIFAR-10 training set, the usual normalisation.
@@ -75,8 +75,7 @@ def to_tensors(split: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tenso
     return x.contiguous(), torch.tensor(split["label"], dtype=torch.long)
 
 
-class Cifar10Task(Task):
-    METRICS = ("accuracy", "loss")
+class Cifar10Task(LabelledTask):
     name = "cifar10"
 
     def __init__(self, cfg: Cifar10Config, seed: int, model_cfg: Any = None) -> None:
@@ -88,17 +87,6 @@ class Cifar10Task(Task):
 
     def model_spec(self) -> dict[str, Any]:
         return {"image_shape": tuple(self.x_train.shape[1:]), "num_classes": 10}
-
-    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
-        parts = partition(self.y_train.numpy(), len(holders), self.cfg.partition,
-                          self.cfg.alpha, self.seed, self.cfg.shards_per_client)
-        return {cid: ClientData(self.x_train[torch.from_numpy(p)].to(device),
-                                self.y_train[torch.from_numpy(p)].to(device))
-                for cid, p in zip(holders, parts, strict=True)}
-
-    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        x, y = batch
-        return F.cross_entropy(model(x), y)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:

@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive, text
-from decent.tasks.base import ClientData, Task
-from decent.tasks.partition import PARTITIONS, partition
+from decent.tasks.base import ClientData
+from decent.tasks.labelled import LabelledTask
+from decent.tasks.partition import PARTITIONS
 
 
 @dataclass
@@ -40,8 +41,7 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
     return table[:, :-1], table[:, -1].astype(int)
 
 
-class DigitsTask(Task):
-    METRICS = ("accuracy", "loss")
+class DigitsTask(LabelledTask):
     name = "digits"
 
     def __init__(self, cfg: DigitsConfig, seed: int, model_cfg: Any = None) -> None:
@@ -53,30 +53,15 @@ class DigitsTask(Task):
         order = np.random.default_rng(seed).permutation(len(y))
         n_test = round(cfg.test_fraction * len(y))
         test, train = order[:n_test], order[n_test:]
-        self.x_train, self.y_train = x[train], y[train]
+        self.x_train, self.y_train = torch.from_numpy(x[train]), torch.from_numpy(y[train])
         self.x_test, self.y_test = torch.from_numpy(x[test]), torch.from_numpy(y[test])
 
     def model_spec(self) -> dict[str, Any]:
         return {"input_dim": 64, "num_classes": 10}
 
-    def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
-        parts = partition(self.y_train, len(holders), self.cfg.partition, self.cfg.alpha,
-                          self.seed, self.cfg.shards_per_client)
-        return {
-            cid: ClientData(
-                torch.from_numpy(self.x_train[idx]).to(device),
-                torch.from_numpy(self.y_train[idx]).to(device),
-            )
-            for cid, idx in zip(holders, parts, strict=True)
-        }
-
     def public_data(self) -> ClientData:
         """The test split (held out of every shard)."""
         return ClientData(self.x_test, self.y_test)
-
-    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        x, y = batch
-        return F.cross_entropy(model(x), y)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:

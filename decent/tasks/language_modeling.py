@@ -18,10 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, text
 from decent.tasks.base import ClientData, Task, model_tokenizer
 from decent.tasks.corpora import load_corpus
+from decent.tasks.partition import hold_out, row_shards
 from decent.tasks.raw_data import SOURCES
 
 LM_PARTITIONS = ("iid", "contiguous")
@@ -67,17 +67,12 @@ class LanguageModelingTask(Task):
         self.data_source = corpus.source
         tokens = self.tokenize(corpus.documents)
         n_seq = len(tokens) // cfg.seq_len
-        n_val = max(1, round(cfg.val_fraction * n_seq))
-        if n_seq - n_val < 1:
-            raise ConfigError("task.seq_len", f"the corpus has only {len(tokens)} tokens: too "
-                              f"few for sequences of {cfg.seq_len}")
+        val_idx, train_idx = hold_out(n_seq, cfg.val_fraction, seed, "task.seq_len",
+                                      f"the corpus has only {len(tokens)} tokens: too few "
+                                      f"for sequences of {cfg.seq_len}")
         seqs = torch.from_numpy(tokens[: n_seq * cfg.seq_len].reshape(n_seq, cfg.seq_len))
-        order = torch.from_numpy(np.random.default_rng(seed).permutation(n_seq))
-        val_idx = order[:n_val].sort().values
         self.val = seqs[val_idx]
-        train_mask = torch.ones(n_seq, dtype=torch.bool)
-        train_mask[val_idx] = False
-        self.train = seqs[train_mask]  # corpus order kept: 'contiguous' relies on it
+        self.train = seqs[train_idx]  # corpus order kept: 'contiguous' relies on it
         self.num_tokens = len(tokens)
 
     def tokenize(self, documents: list[str]) -> np.ndarray:
@@ -96,18 +91,10 @@ class LanguageModelingTask(Task):
         return {"vocab_size": len(self.tokenizer)}
 
     def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
-        n = len(self.train)
-        if len(holders) > n:
-            raise ConfigError("topology.n", f"{len(holders)} clients but only {n} training "
-                              "sequences: use a shorter task.seq_len or a larger corpus")
-        if self.cfg.partition == "iid":
-            parts = np.array_split(np.random.default_rng(self.seed + 1).permutation(n),
-                                   len(holders))
-        else:
-            parts = np.array_split(np.arange(n), len(holders))
-        return {cid: SequenceData(self.train[torch.from_numpy(np.sort(p))].to(device),
-                                  torch.zeros(len(p), dtype=torch.long, device=device))
-                for cid, p in zip(holders, parts, strict=True)}
+        return row_shards(self.train, holders, device, self.seed,
+                          shuffle=self.cfg.partition == "iid", what="sequences",
+                          fix="use a shorter task.seq_len or a larger corpus",
+                          data=SequenceData)
 
     def public_data(self) -> ClientData:
         """The validation sequences (held out of every shard)."""

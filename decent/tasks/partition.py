@@ -1,10 +1,14 @@
-"""Splitting a labelled dataset across clients: IID, Dirichlet(α) by label, and shards."""
+"""Splitting a task's data: a labelled dataset across clients (IID, Dirichlet(α) by label,
+and shards), and unlabelled rows (token sequences, preference pairs) into a held-out
+validation set and equal shards."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from decent.core.errors import ConfigError
+from decent.tasks.base import ClientData
 
 PARTITIONS = ("iid", "dirichlet", "shards")
 
@@ -56,3 +60,34 @@ def partition(
     raise ConfigError(
         "task.alpha", f"Dirichlet(α={alpha}) keeps leaving clients empty; use a larger α"
     )
+
+
+def hold_out(n: int, fraction: float, seed: int, field: str,
+             too_few: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the validation rows — ``fraction`` of ``n`` rows (at least one), drawn with
+    ``seed`` — and of the training rows, the rest; both ascending, so each keeps the rows'
+    own order (a corpus's 'contiguous' split relies on it). ``ConfigError(field, too_few)``
+    when no row would be left to train on."""
+    n_val = max(1, round(fraction * n))
+    if n - n_val < 1:
+        raise ConfigError(field, too_few)
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(n))
+    return order[:n_val].sort().values, order[n_val:].sort().values
+
+
+def row_shards(rows: torch.Tensor, holders: list[int], device: torch.device, seed: int, *,
+               shuffle: bool, what: str, fix: str,
+               data: type[ClientData] = ClientData) -> dict[int, ClientData]:
+    """Unlabelled training ``rows`` dealt to the clients ``holders`` in equal parts: drawn at
+    random (``shuffle``, from ``seed`` + 1, a stream apart from :func:`hold_out`'s) or in
+    contiguous blocks; each shard keeps the rows' order and has zeros for labels.
+    ``what``/``fix``: the rows in words and what to change when there are too few."""
+    n = len(rows)
+    if len(holders) > n:
+        raise ConfigError("topology.n", f"{len(holders)} clients but only {n} training "
+                          f"{what}: {fix}")
+    order = np.random.default_rng(seed + 1).permutation(n) if shuffle else np.arange(n)
+    parts = np.array_split(order, len(holders))
+    return {cid: data(rows[torch.from_numpy(np.sort(p))].to(device),
+                      torch.zeros(len(p), dtype=torch.long, device=device))
+            for cid, p in zip(holders, parts, strict=True)}

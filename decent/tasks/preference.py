@@ -40,6 +40,7 @@ from decent.models.reward_model import rewards
 from decent.tasks.base import ClientData, Task, model_tokenizer
 from decent.tasks.corpora import load_corpus
 from decent.tasks.hub import hub_train_split
+from decent.tasks.partition import hold_out, row_shards
 from decent.tasks.raw_data import SOURCES
 
 PAIRS_SEED = 20240601  # the offline set's typos: fixed, so the set never changes
@@ -126,14 +127,12 @@ class PreferenceTask(Task):
         else:
             triples = shakespeare_pairs(cfg.source, cfg.data_dir, cfg.min_words,
                                         cfg.typo_rate, cfg.max_pairs)
-        n_val = max(1, round(cfg.val_fraction * len(triples)))
-        if len(triples) - n_val < 1:
-            raise ConfigError("task.max_pairs", f"only {len(triples)} pairs: too few to hold "
-                              "some out for validation")
+        val_idx, train_idx = hold_out(len(triples), cfg.val_fraction, seed, "task.max_pairs",
+                                      f"only {len(triples)} pairs: too few to hold some out "
+                                      "for validation")
         ids = self.encode(triples)  # [pairs, 2, max_len]
-        order = torch.from_numpy(np.random.default_rng(seed).permutation(len(triples)))
-        self.val = ids[order[:n_val].sort().values]
-        self.train = ids[order[n_val:].sort().values]
+        self.val = ids[val_idx]
+        self.train = ids[train_idx]
 
     def encode(self, triples: list[tuple[str, str, str]]) -> torch.Tensor:
         tok, length = self.tokenizer, self.cfg.max_len
@@ -148,15 +147,8 @@ class PreferenceTask(Task):
         return {"vocab_size": len(self.tokenizer)}
 
     def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
-        n = len(self.train)
-        if len(holders) > n:
-            raise ConfigError("topology.n", f"{len(holders)} clients but only {n} training "
-                              "pairs: raise task.max_pairs")
-        parts = np.array_split(np.random.default_rng(self.seed + 1).permutation(n),
-                               len(holders))
-        return {cid: ClientData(self.train[torch.from_numpy(np.sort(p))].to(device),
-                                torch.zeros(len(p), dtype=torch.long, device=device))
-                for cid, p in zip(holders, parts, strict=True)}
+        return row_shards(self.train, holders, device, self.seed, shuffle=True, what="pairs",
+                          fix="raise task.max_pairs")
 
     @staticmethod
     def margins(model: torch.nn.Module, pairs: torch.Tensor) -> torch.Tensor:
