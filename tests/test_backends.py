@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from decent.backends.ray.executor import actor_slots, balanced, groups_for, placement
+from decent.backends.ray.placement import actor_slots, balanced, groups_for, placement
 from decent.engine.config import from_dict
 from decent.run.runner import run
 from tests.helpers import engine_for, run_capturing, tiny
@@ -107,14 +107,30 @@ def test_an_explicit_clients_per_actor_wins(tmp_path):
     assert groups_for(cfg, {"CPU": 64.0}) == placement(10, 4)
 
 
+def test_actor_slots_set_auto_s_share_whatever_the_cluster(tmp_path):
+    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 10},
+                         ray={"actor_slots": 4}))
+    assert groups_for(cfg, {"CPU": 64.0}) == balanced(10, 4) == [[0, 1, 2], [3, 4, 5],
+                                                                 [6, 7], [8, 9]]
+
+
 def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
         tmp_path, ray_session):
     base = tiny(tmp_path, topology={"name": "ring", "n": 5})
+    from decent.backends.local import InProcess
+    from decent.backends.ray.executor import RayActors
+    from decent.engine.loop import Engine
+
     backend = engine_for(from_dict({**base, "backend": "ray"}))
+    local = engine_for(from_dict(base))
     try:
+        # one round loop; the backends differ by their executor alone
+        assert type(backend) is type(local) is Engine
+        assert isinstance(backend.executor, RayActors) and isinstance(local.executor, InProcess)
         assert backend.executor.groups == [[0, 1, 2], [3, 4]]  # the session has 2 CPUs
     finally:
         backend.close()
+        local.close()
     local_rows, local_vectors = rows_and_params(from_dict(base))
     rows, vectors = rows_and_params(from_dict({**base, "backend": "ray"}))
     assert rows == local_rows

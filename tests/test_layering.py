@@ -132,3 +132,23 @@ def test_every_strategy_dispatches_phases_to_methods(tmp_path):
             for phase in strategy.phases(r):
                 assert callable(getattr(type(strategy), phase, None)), (name, phase)
         assert "run_phase" not in type(strategy).__dict__, name
+
+
+def test_the_plan_is_built_in_one_place_and_passed_down():
+    """Only the runner builds a run's plan (and ``local_engine``, the in-process engine
+    tests and notebooks build from a config): nothing below falls back to its own."""
+    callers = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "build_plan":
+                callers.add(str(path.relative_to(ROOT)))
+    assert callers == {"run/runner.py", "backends/local.py"}
+
+
+def test_a_run_builds_its_plan_once(tmp_path, monkeypatch):
+    from decent.run import runner
+
+    built = []
+    monkeypatch.setattr(runner, "build_plan", lambda cfg: built.append(cfg) or build_plan(cfg))
+    runner.run(from_dict(method_config(tmp_path, "dsgd", 4, rounds=1)))
+    assert len(built) == 1

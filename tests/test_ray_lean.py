@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from decent.backends.local import local_engine
-from decent.backends.ray.executor import placement
 from decent.backends.ray.memory_plan import (
     ACTOR_RUNTIME_MB,
     LM_LIBRARIES_MB,
@@ -22,6 +21,7 @@ from decent.backends.ray.memory_plan import (
     probe,
     probe_apart,
 )
+from decent.backends.ray.placement import balanced, groups_for, placement
 from decent.core.errors import ConfigError, StrategyError
 from decent.engine.config import from_dict
 from decent.engine.group import ClientGroup
@@ -254,15 +254,22 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
 
 
 # ---------------------------------------------------------------- sweeps
-def test_a_sweep_turns_auto_into_a_number_per_trial(tmp_path):
+def test_a_sweep_gives_each_trial_its_share_of_the_actor_slots(tmp_path):
+    """``auto`` in a trial follows the one rule a run follows (balanced groups over the
+    slots), over the trial's share of the cluster; the validated configs stay as they
+    were."""
     cfgs = [from_dict(tiny(tmp_path, backend="ray", topology={"name": "ring", "n": n}))
             for n in (6, 30, 3)]
     trials = [Trial(f"t{i}", (), c) for i, c in enumerate(cfgs)]
-    size_actors(trials, parallel=2, resources={"CPU": 8.0})  # 2 at once: 4 slots each
-    assert [t.config.ray.clients_per_actor for t in trials] == [2, 8, 1]
+    sized = size_actors(trials, parallel=2, resources={"CPU": 8.0})  # 2 at once: 4 each
+    assert [t.config.ray.actor_slots for t in sized] == [4, 4, 4]
+    assert [groups_for(t.config, {"CPU": 8.0}) for t in sized] == [
+        balanced(6, 4), balanced(30, 4), balanced(3, 3)]
+    assert [len(g) for g in groups_for(sized[1].config, {"CPU": 8.0})] == [8, 8, 7, 7]
+    assert all(c.ray.actor_slots is None and c.ray.clients_per_actor == "auto"
+               for c in cfgs)  # not rewritten in place
     local = from_dict(tiny(tmp_path))
-    size_actors([Trial("l", (), local)], None, {"CPU": 8.0})
-    assert local.ray.clients_per_actor == "auto"  # not a Ray run: left alone
+    assert size_actors([Trial("l", (), local)], None, {"CPU": 8.0})[0].config is local
 
 
 # SPES's frozen weights are SharedTensors.frozen == "private": none is ever mapped
@@ -287,7 +294,7 @@ def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_pat
 
 
 def test_the_probe_beside_rays_start_reports_both_and_its_errors(tmp_path, monkeypatch):
-    from decent.backends.ray import backend as ray_backend
+    from decent.backends.ray import executor as ray_backend
 
     cfg = from_dict(tiny(tmp_path))
     plan = build_plan(cfg)

@@ -83,6 +83,9 @@ class RayConfig:
     # auto: as many actors as the cluster has CPUs (or GPU slots, with num_gpus_per_actor),
     # never more than clients, the clients split evenly; a number: that many per actor
     clients_per_actor: Any = count_or(("auto",), 1, "auto")
+    # the actor slots `auto` spreads the clients over; None: the cluster's (a sweep sets
+    # each trial's share of them, so trials that run at once fit side by side)
+    actor_slots: int | None = at_least(1, None, nullable=True)
     # CPU actors of a language-model run map one copy of its frozen weights from the
     # object store instead of one each (they never change: a LoRA base, SubCGE's W)
     share_frozen: bool = True

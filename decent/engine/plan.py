@@ -1,9 +1,10 @@
-"""What every process builds once from a validated config: the topology, the strategy and
+"""What the runner builds once from a validated config: the topology, the strategy and
 the network model (whose link and node tables may come from files).
 
-The driver builds a plan to check a config (a strategy refuses a graph it cannot run on
-from its constructor) and runs the local backend with that same plan; each Ray actor
-process builds its own, once."""
+The runner builds the plan once, while it checks the config (a strategy refuses a graph
+it cannot run on from its constructor), and passes it down: to the engine, to the client
+group of the local executor, and, pickled once into the object store, to every Ray
+actor; no layer below builds its own."""
 
 from __future__ import annotations
 

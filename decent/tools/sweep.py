@@ -13,9 +13,9 @@ it): one CPU each (``torch_threads`` of them), and for a run that itself uses
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +92,7 @@ def expand(path: str, grid: dict[str, list[Any]], seeds: int, overrides: list[st
     return trials
 
 
-def trial_resources(cfg: RunConfig) -> Any:
+def trial_resources(cfg: RunConfig, resources: dict[str, float]) -> Any:
     """What one trial needs: a CPU bundle for its driver, and one bundle per actor when
     the run itself uses the Ray backend."""
     from ray import tune
@@ -100,26 +100,31 @@ def trial_resources(cfg: RunConfig) -> Any:
     driver = {"CPU": float(cfg.torch_threads)}
     if cfg.backend != "ray":
         return tune.PlacementGroupFactory([driver])
-    from decent.backends.ray.placement import placement
+    from decent.backends.ray.placement import groups_for
 
     actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
         {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
-    actors = len(placement(cfg.n, int(cfg.ray.clients_per_actor)))
-    return tune.PlacementGroupFactory([driver] + [actor] * actors)
+    return tune.PlacementGroupFactory([driver] + [actor] * len(groups_for(cfg, resources)))
 
 
 def size_actors(trials: list[Trial], parallel: int | None,
-                resources: dict[str, float]) -> None:
-    """Turn ``ray.clients_per_actor: auto`` into a number per trial: the trials that run at
-    once share the cluster's actor slots (at least one actor each)."""
+                resources: dict[str, float]) -> list[Trial]:
+    """The trials with ``ray.clients_per_actor: auto`` given their share of the cluster's
+    actor slots (``ray.actor_slots``; at least one each): the trials that run at once fit
+    side by side. Copies: a validated config is never rewritten."""
     from decent.backends.ray.placement import actor_slots
 
     concurrent = min(len(trials), parallel or len(trials))
+    out = []
     for t in trials:
         rc = t.config.ray
-        if t.config.backend == "ray" and rc.clients_per_actor == "auto":
-            actors = min(t.config.n, max(1, actor_slots(rc, resources) // concurrent))
-            rc.clients_per_actor = math.ceil(t.config.n / actors)
+        if t.config.backend == "ray" and rc.clients_per_actor == "auto" \
+                and rc.actor_slots is None:
+            share = max(1, actor_slots(rc, resources) // concurrent)
+            t = dataclasses.replace(t, config=dataclasses.replace(
+                t.config, ray=dataclasses.replace(rc, actor_slots=share)))
+        out.append(t)
+    return out
 
 
 def run_trial(spec: dict[str, Any]) -> None:
@@ -215,9 +220,10 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
     try:
         import ray
 
-        size_actors(trials, parallel, ray.cluster_resources())
+        cluster = ray.cluster_resources()
+        trials = size_actors(trials, parallel, cluster)
         # one resource shape for all (the grid may change n or the backend: the largest)
-        resources = max((trial_resources(t.config) for t in trials),
+        resources = max((trial_resources(t.config, cluster) for t in trials),
                         key=lambda pgf: len(pgf.bundles))
         tuner = tune.Tuner(
             tune.with_resources(run_trial, resources),

@@ -31,7 +31,7 @@ from decent.backends.ray.memory_plan import (
     probe_apart,
     process_memory_mb,
 )
-from decent.backends.ray.placement import actor_slots, balanced, placement
+from decent.backends.ray.placement import groups_for
 from decent.core.errors import ConfigError
 from decent.core.messages import Message
 from decent.engine.config import RayConfig, RunConfig
@@ -76,17 +76,6 @@ def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
         _system_config={"max_direct_call_object_size": DIRECT_CALL_BYTES},
     )
     return True
-
-
-def groups_for(cfg: RunConfig, resources: dict[str, float] | None = None) -> list[list[int]]:
-    """The clients of each actor: ``ray.clients_per_actor`` of them, or with ``auto`` as
-    many balanced groups as the cluster has actor slots (never more than clients)."""
-    rc = cfg.ray
-    if rc.clients_per_actor != "auto":
-        return placement(cfg.n, int(rc.clients_per_actor))
-    if resources is None:
-        resources = ray.cluster_resources()
-    return balanced(cfg.n, actor_slots(rc, resources))
 
 
 def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
@@ -161,7 +150,7 @@ class RayActors:
                                                        lambda: connect(rc, store_mb))
         else:
             self.started_ray = connect(rc, store_mb)
-        self.groups = groups_for(cfg)
+        self.groups = groups_for(cfg, ray.cluster_resources())
         share = shares_frozen_weights(cfg, len(self.groups))
         if footprint is not None:
             node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from decent.engine.config import RayConfig
+from decent.engine.config import RayConfig, RunConfig
 
 
 def placement(n: int, clients_per_actor: int) -> list[list[int]]:
@@ -37,3 +37,14 @@ def actor_slots(rc: RayConfig, resources: dict[str, float]) -> int:
     else:
         slots = resources.get("CPU", 1.0) / (rc.num_cpus_per_actor or 1.0)
     return max(1, int(slots + 1e-9))
+
+
+def groups_for(cfg: RunConfig, resources: dict[str, float]) -> list[list[int]]:
+    """The clients of each actor, the one rule for ``ray.clients_per_actor``: a number k
+    gives contiguous groups of k; ``auto`` splits the clients evenly over
+    ``ray.actor_slots`` actors (a sweep's share of the cluster for one trial) or, unset,
+    over the actor slots ``resources`` (the cluster's) has — never more than clients."""
+    rc = cfg.ray
+    if rc.clients_per_actor != "auto":
+        return placement(cfg.n, int(rc.clients_per_actor))
+    return balanced(cfg.n, rc.actor_slots or actor_slots(rc, resources))
