@@ -39,8 +39,9 @@ def one_step(compression: str, keep: float) -> tuple[list, dict]:
             "name": "ladder", "rounds": 1,
             "topology": {"name": "two_tier", "n": WORKERS + AGGREGATORS,
                          "aggregators": AGGREGATORS},
-            "strategy": {"name": "dso", "batch_size": 2, "compression": compression,
-                         "keep": keep, "fanout": 2, "gossip_rounds": 3, "probe_batches": 1},
+            "strategy": {"name": "dso", "batch_size": 2,
+                         "compression": {"name": compression, "keep": keep},
+                         "fanout": 2, "gossip_rounds": 3, "probe_batches": 1},
             "task": {"name": "lm", "corpus": "shakespeare", "seq_len": 32,
                      "max_tokens": 100_000, "max_eval_sequences": 2},
             "model": {"name": "causal_lm", "path": "tiny-llama"},
@@ -75,12 +76,12 @@ def table(keep: float) -> list[str]:
     out: list[str] = []
     n = WORKERS + AGGREGATORS
     rows = []
-    for label, compression in (("FP32", "none"), (f"Top-{keep:.0%}", "topk"),
+    for label, compression in (("FP32", "identity"), (f"Top-{keep:.0%}", "topk"),
                                (f"Top-{keep:.0%} + INT8", "topk_int8")):
         sent, sizes = one_step(compression, keep)
         d = sum(sizes.values())
         ks = [kept(size, keep) for size in sizes.values()]
-        payload = {"none": 4 * d, "topk": sum(8 * k for k in ks),
+        payload = {"identity": 4 * d, "topk": sum(8 * k for k in ks),
                    "topk_int8": sum(5 * k + 4 for k in ks)}[compression]
         upload = sum(m.nbytes for m in sent if m.tag in ("commit", "reveal")) / WORKERS
         per_node = sum(m.nbytes for m in sent) / n

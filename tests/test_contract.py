@@ -24,6 +24,7 @@ from decent.models import params
 from decent.models.registry import MODELS
 from decent.run.runner import resume, run
 from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
+from decent.strategies.config import StrategyConfig
 from decent.strategies.fedavg import FedAvg
 from decent.strategies.inbox import Inbox
 from decent.strategies.phases import SERVER, WORKER, phase
@@ -240,10 +241,13 @@ def test_mixing_any_state_tensor_is_the_weighted_sum_by_hand():
 
 # ---------------------------------------------------------------- a method from the toolkit
 @dataclass
-class GTConfig:
+class GTConfig(StrategyConfig):
     name: str = "gradient_tracking"
     lr: float = positive(0.1)  # α
     batch_size: int = at_least(1, 64)  # batches of the full local gradient
+
+    def examples_per_step(self) -> int:
+        return self.batch_size
 
 
 @dataclass

@@ -152,3 +152,37 @@ def test_a_run_builds_its_plan_once(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "build_plan", lambda cfg: built.append(cfg) or build_plan(cfg))
     runner.run(from_dict(method_config(tmp_path, "dsgd", 4, rounds=1)))
     assert len(built) == 1
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names)
+def test_the_platform_reads_a_strategy_config_through_strategy_config(tmp_path, name):
+    """What the compute clock and the schedule filling read of a method: its batch (the
+    examples one step reads) and its inner schedule, declared by StrategyConfig."""
+    from decent.strategies.config import StrategyConfig
+
+    cfg = from_dict(method_config(tmp_path, name, 4, rounds=3))
+    strategy = cfg.strategy
+    assert isinstance(strategy, StrategyConfig)
+    assert strategy.examples_per_step() == strategy.batch_size
+    inner = strategy.inner_schedule()
+    if hasattr(strategy, "lr_schedule"):
+        assert inner == (strategy.lr_schedule, strategy.local_steps)
+        assert strategy.lr_schedule.total_steps == 3 * strategy.local_steps  # filled in
+    else:
+        assert inner is None
+
+
+def test_a_config_that_is_not_a_strategy_config_is_one_line(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    from decent.core.errors import StrategyError
+    from decent.core.registry import Entry
+
+    @dataclass
+    class Bare:
+        name: str = "bare"
+
+    monkeypatch.setitem(STRATEGIES._entries, "bare",
+                        Entry(Bare, STRATEGIES.entry("dsgd").build))
+    with pytest.raises(StrategyError, match=r"must subclass .*StrategyConfig"):
+        from_dict(method_config(tmp_path, "bare", 4))

@@ -40,6 +40,7 @@ import torch
 from decent.core.errors import ConfigError
 from decent.core.schema import one_of, positive
 from decent.network.timing import Spread
+from decent.strategies.config import StrategyConfig
 
 COMPUTE_MODES = ("none", "measured", "modelled")
 FLOPS_COUNTS = ("6nb", "counted")  # without flops_per_step: estimated, or counted on the model
@@ -93,10 +94,10 @@ def count_flops_per_example(model: torch.nn.Module, spec: dict[str, Any]) -> int
     return int(counter.get_total_flops())
 
 
-def charged_step_flops(cfg: ComputeConfig, num_parameters: int, strategy_cfg: Any,
+def charged_step_flops(cfg: ComputeConfig, num_parameters: int, strategy_cfg: StrategyConfig,
                        flops_per_example: int | None = None) -> tuple[float, str]:
     """FLOPs charged per optimisation step and where the figure came from."""
-    batch = getattr(strategy_cfg, "batch_size", 1)
+    batch = strategy_cfg.examples_per_step()
     if cfg.flops_per_step is not None:
         return cfg.flops_per_step, "flops_per_step"
     if cfg.flops == "counted":
@@ -110,7 +111,7 @@ class ComputeClock:
     """Turns what a client did in a phase into simulated seconds."""
 
     def __init__(self, cfg: ComputeConfig, seed: int, cids: list[int], model: torch.nn.Module,
-                 spec: dict[str, Any], strategy_cfg: Any) -> None:
+                 spec: dict[str, Any], strategy_cfg: StrategyConfig) -> None:
         self.mode = cfg.mode
         self.speed = {cid: speed_factor(cfg, seed, cid) for cid in cids}
         counted = None

@@ -19,7 +19,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from decent.core.errors import ConfigError
+from decent.core.errors import ConfigError, StrategyError
 from decent.core.registry import config_error
 from decent.core.schema import (
     CHECK,
@@ -37,6 +37,7 @@ from decent.engine.compute import ComputeConfig
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
+from decent.strategies.config import StrategyConfig
 from decent.topologies import TopologyConfig
 
 BACKENDS = ("local", "ray")
@@ -150,6 +151,9 @@ class RunConfig:
     # per process; fixed so that results do not depend on the machine
     torch_threads: int = at_least(1, 1)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    # component sections: a mapping with a `name` as written, the config dataclass of the
+    # component it names once validated (the strategy's is a StrategyConfig: what the
+    # platform reads of any method, it reads through that)
     strategy: Any = field(default_factory=lambda: {"name": "dsgd"})
     task: Any = field(default_factory=lambda: {"name": "digits"})
     model: Any = field(default_factory=lambda: {"name": "mlp"})
@@ -258,6 +262,9 @@ def from_layers(*layers: Any) -> RunConfig:
         raise config_error(exc, "", schema) from None
     validate_fields(cfg, "")
     cfg.strategy = STRATEGIES.config(_section(cfg.strategy, "strategy"))
+    if not isinstance(cfg.strategy, StrategyConfig):  # a strategy added by hand
+        raise StrategyError(f"strategy '{cfg.strategy.name}': its Config must subclass "
+                            "decent.strategies.config.StrategyConfig")
     fill_schedule_length(cfg)
     cfg.task = TASKS.config(_section(cfg.task, "task"))
     cfg.model = MODELS.config(_section(cfg.model, "model"))
@@ -267,12 +274,13 @@ def from_layers(*layers: Any) -> RunConfig:
 def fill_schedule_length(cfg: RunConfig) -> None:
     """An inner lr schedule with ``total_steps: 0`` spans the run: rounds × local_steps.
     A cosine decay needs total_steps > warmup_steps, given or filled in."""
-    sched = getattr(cfg.strategy, "lr_schedule", None)
-    if sched is None:
+    inner = cfg.strategy.inner_schedule()
+    if inner is None:
         return
+    sched, steps_per_round = inner
     filled = sched.total_steps == 0
     if filled:
-        sched.total_steps = cfg.rounds * cfg.strategy.local_steps
+        sched.total_steps = cfg.rounds * steps_per_round
     if sched.name != "cosine" or sched.total_steps > sched.warmup_steps:
         return
     if filled:

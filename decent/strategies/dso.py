@@ -65,6 +65,7 @@ from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, 
 from decent.robust.aggregators import AGGREGATORS, aggregate, weighted_mean
 from decent.robust.commitment import commitment, draw_nonce, verifies
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.config import StrategyConfig
 from decent.strategies.dso_helpers import (
     expected_coverage_rounds,
     probe_sensitivity,
@@ -88,8 +89,11 @@ SERVED = "served"  # with weighted_mean: the key of ĝ_a's count in G (no parame
 
 
 @dataclass
-class DSOConfig:
+class DSOConfig(StrategyConfig):
     RENAMED: ClassVar[dict[str, str]] = {"keep": "compression.keep"}
+
+    def examples_per_step(self) -> int:
+        return self.batch_size
 
     name: str = "dso"
     batch_size: int = at_least(1, 8)

@@ -14,6 +14,7 @@ from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models.output_logits import OutputLogits
 from decent.models.router_losses import RouterLogits, RouterLossConfig
 from decent.strategies.base import Client
+from decent.strategies.config import StrategyConfig
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -61,7 +62,7 @@ def check_betas(betas: list[float], prefix: str) -> None:
 
 
 @dataclass
-class LocalTrainingConfig:
+class LocalTrainingConfig(StrategyConfig):
     """Hyper-parameters of a client's inner loop (fields shared by many strategies).
 
     In every strategy ``lr``, ``momentum`` and ``weight_decay`` are the inner optimiser's;
@@ -84,6 +85,12 @@ class LocalTrainingConfig:
     # that predict a token (PaLM's 1e-4; SPES's released configs 1e-5); ignored by models
     # without an output embedding
     logit_z_loss: float = at_least(0, 0.0)
+
+    def examples_per_step(self) -> int:
+        return self.batch_size
+
+    def inner_schedule(self) -> tuple[LRScheduleConfig, int]:
+        return self.lr_schedule, self.local_steps
 
     def validate(self, prefix: str = "strategy") -> None:
         check_betas(self.betas, prefix)

@@ -49,6 +49,7 @@ from decent.core.messages import Message, Scalar, Seed
 from decent.core.schema import at_least, one_of, positive, seed_field
 from decent.core.stats import Max, Mean
 from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
+from decent.strategies.config import StrategyConfig
 from decent.strategies.inbox import Inbox
 from decent.strategies.phases import phase
 from decent.zo.estimators import DenseMeZO, Replica, SubCGE, Update
@@ -58,7 +59,7 @@ ESTIMATORS = ("subcge", "mezo")
 
 
 @dataclass
-class SeedFloodConfig:
+class SeedFloodConfig(StrategyConfig):
     name: str = "seedflood"
     lr: float = positive(1e-5)  # η; the paper's grid {1e-5, 1e-6}
     eps: float = positive(1e-3)  # ε of the two-point estimate
@@ -69,6 +70,9 @@ class SeedFloodConfig:
     subspace_seed: int = seed_field(0)  # s_glob
     hops: int = at_least(0, 0)  # k flooding sends per iteration; 0 = the graph's diameter
     log_messages: bool = False  # record (origin, iteration sent, iteration applied)
+
+    def examples_per_step(self) -> int:
+        return self.batch_size
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,20 @@ import torch
 from decent.core.schema import at_least, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
+from decent.strategies.config import StrategyConfig
 from decent.zo import mezo
 from decent.zo.seeds import draw_seed
 
 
 @dataclass
-class ZOStepConfig:
+class ZOStepConfig(StrategyConfig):
     local_steps: int = at_least(1, 1)
     batch_size: int = at_least(1, 16)  # MeZO's batch
     lr: float = positive(1e-6)  # MeZO's grid: {1e-5, 1e-6}, constant
     eps: float = positive(1e-3)  # MeZO's ε
+
+    def examples_per_step(self) -> int:
+        return self.batch_size
 
 
 @torch.no_grad()

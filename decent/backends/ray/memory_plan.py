@@ -188,7 +188,7 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
         del sent
         base = {t.untyped_storage().data_ptr() for t in tensors_in(group.base_model)}
         base.update(t.untyped_storage().data_ptr()
-                    for t in group.strategy.shared_tensors(group.shared))
+                    for t in group.strategy.shared_tensors(group.shared).tensors)
         model, _ = storage_bytes(tensors_in(group.base_model), set())
         frozen, _ = storage_bytes(iter(group.shareable().values()), set())
         shared, _ = storage_bytes(tensors_in(group.shared), base)
