@@ -223,6 +223,21 @@ def test_the_shard_is_visited_once_in_order_without_drawing_rng():
     assert client.steps == 3  # one per batch
 
 
+def test_shard_batches_walks_a_token_shard_and_forms_batches_as_sample_does():
+    """A shard that forms its own batches (token sequences: inputs only) is walked through
+    the same ``rows`` its random draws use."""
+    from decent.tasks.language_modeling import SequenceData
+
+    seqs = torch.arange(30).reshape(10, 3)
+    data = SequenceData(seqs, torch.zeros(10))
+    batches = list(shard_batches(data, 4))
+    assert [len(b) for b in batches] == [1, 1, 1]  # inputs only
+    assert torch.equal(torch.cat([b[0] for b in batches]), seqs)
+    drawn = data.sample(5, torch.Generator().manual_seed(0))
+    idx = torch.randint(10, (5,), generator=torch.Generator().manual_seed(0))
+    assert len(drawn) == 1 and torch.equal(drawn[0], seqs[idx])
+
+
 def test_mixing_any_state_tensor_is_the_weighted_sum_by_hand():
     graph = build_topology(TopologyConfig(name="ring", n=4)).round_graph(0)
     ctx = PhaseContext(round=0, phase="mix", step=1, graph=graph, task=Regression())

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from decent.core.errors import StrategyError
 from decent.models import params
 from decent.strategies.base import Client
 from decent.strategies.gossip import average_with_neighbours, mix_with_neighbours
@@ -60,7 +59,7 @@ def shard_batches(data: ClientData, batch_size: int) -> Iterator[tuple[torch.Ten
     smaller): every example exactly once, and no RNG drawn."""
     for lo in range(0, len(data), batch_size):
         idx = torch.arange(lo, min(lo + batch_size, len(data)), device=data.x.device)
-        yield _rows(data, idx)
+        yield data.rows(idx)
 
 
 def shard_gradient(client: Client[Any], task: Task,
@@ -79,14 +78,3 @@ def shard_gradient(client: Client[Any], task: Task,
             part = g * (size / n)
             summed[name] = part if name not in summed else summed[name] + part
     return total, summed
-
-
-def _rows(data: ClientData, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The batch of the examples ``idx`` as ``data.sample`` would form it."""
-    rows = getattr(data, "rows", None)
-    if rows is not None:  # a shard that forms its own batches (padded prompts)
-        return rows(idx)  # type: ignore[no-any-return]
-    if type(data).sample is not ClientData.sample:
-        raise StrategyError(f"{type(data).__name__} forms its batches in its own sample(): "
-                            "give it a rows(idx) method to iterate it in order")
-    return data.x[idx], data.y[idx]

@@ -24,7 +24,11 @@ class ClientData:
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """A batch drawn uniformly with replacement, using the client's own RNG."""
         idx = torch.randint(len(self), (batch_size,), generator=generator)
-        idx = idx.to(self.x.device)
+        return self.rows(idx.to(self.x.device))
+
+    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The batch of the examples ``idx`` (what a model's loss takes): drawn at random
+        by :meth:`sample`, or in order by a strategy that visits the whole shard."""
         return self.x[idx], self.y[idx]
 
 

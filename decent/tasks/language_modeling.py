@@ -49,8 +49,7 @@ class LanguageModelingConfig:
 class SequenceData(ClientData):
     """Fixed-length token sequences; ``y`` is unused (targets are the inputs shifted)."""
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        idx = torch.randint(len(self), (batch_size,), generator=generator).to(self.x.device)
+    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (self.x[idx],)
 
 

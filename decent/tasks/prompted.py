@@ -53,10 +53,6 @@ class TokenizedData(ClientData):
 
     lengths: torch.Tensor | None = None
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        idx = torch.randint(len(self), (batch_size,), generator=generator).to(self.x.device)
-        return self.rows(idx)
-
     def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         assert self.lengths is not None
         lengths = self.lengths[idx]
