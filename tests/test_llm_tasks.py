@@ -174,6 +174,7 @@ def smollm2():
             pytest.skip(f"the package {package} is not installed")
 
 
+@pytest.mark.slow  # the shipped 135M model on 200 real snippets
 def test_smollm2_zero_shot_rotten_tomatoes_is_plausible(smollm2):
     """The real pair: shipped SmolLM2-135M on 200 balanced Rotten Tomatoes snippets."""
     from decent.models.causal_lm import CausalLMConfig, build_causal_lm
