@@ -145,3 +145,20 @@ def assert_ray_equals_local(base: dict[str, Any], clients_per_actor: int) -> Non
     assert ray_rows == local_rows
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(ray_vectors[cid], vec)
+
+
+def rows_and_vectors_on(engine: Any, cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
+    """What ``rows_and_vectors(cfg)`` returns, from a run on ``engine``, an engine for ``cfg``
+    a test has already built (and looked at): Ray's actors start once, not twice."""
+    from decent.run.runner import run
+
+    vectors: dict[int, Any] = {}
+    close = engine.close
+
+    def capture_then_close() -> None:
+        vectors.update(engine.client_vectors())
+        close()
+
+    engine.close = capture_then_close
+    result = run(cfg, engine)
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors

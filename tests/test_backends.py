@@ -6,7 +6,7 @@ import pytest
 from decent.backends.ray.placement import actor_slots, balanced, groups_for, placement
 from decent.engine.config import from_dict
 from decent.run.runner import run
-from tests.helpers import engine_for, run_capturing, tiny
+from tests.helpers import engine_for, rows_and_vectors_on, run_capturing, tiny
 
 VOLATILE = {"wall_s"}
 
@@ -121,18 +121,21 @@ def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
     from decent.backends.ray.executor import RayActors
     from decent.engine.loop import Engine
 
-    backend = engine_for(from_dict({**base, "backend": "ray"}))
+    ray_cfg = from_dict({**base, "backend": "ray"})
+    backend = engine_for(ray_cfg)  # looked at, then run: its actors start once
     local = engine_for(from_dict(base))
     try:
         # one round loop; the backends differ by their executor alone
         assert type(backend) is type(local) is Engine
         assert isinstance(backend.executor, RayActors) and isinstance(local.executor, InProcess)
         assert backend.executor.groups == [[0, 1, 2], [3, 4]]  # the session has 2 CPUs
-    finally:
+    except BaseException:
         backend.close()
+        raise
+    finally:
         local.close()
     local_rows, local_vectors = rows_and_params(from_dict(base))
-    rows, vectors = rows_and_params(from_dict({**base, "backend": "ray"}))
+    rows, vectors = rows_and_vectors_on(backend, ray_cfg)
     assert rows == local_rows
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
