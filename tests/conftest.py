@@ -35,6 +35,9 @@ def ray_session():
         started = True
     yield ray
     if started:
+        from decent.backends.ray import warm
+
+        warm.drop_all()  # the actor processes runs handed back for the next
         ray.shutdown()
 
 

@@ -141,3 +141,43 @@ def test_auto_on_the_test_session_starts_one_actor_per_cpu_and_matches_local(
         np.testing.assert_array_equal(vectors[cid], vec)
 
 
+
+
+def test_a_later_run_builds_its_clients_in_the_earlier_runs_processes(tmp_path, ray_session):
+    """On a Ray the run did not start, the actor processes are handed back at the end and
+    the next run of the same actor shape builds its clients there: the same results as
+    fresh processes, bit for bit; a kept process that died meanwhile is replaced; with
+    ``ray.reuse_actors=false`` every run starts its own."""
+    from tests.helpers import rows_and_vectors_on
+
+    base = {**tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 4}), "backend": "ray",
+            "ray": {"clients_per_actor": 2}}
+    cfg = from_dict(base)
+
+    def ids(engine):
+        return [a._actor_id.hex() for a in engine.executor.actors]
+
+    first = engine_for(cfg)
+    first_ids = ids(first)
+    rows, vectors = rows_and_vectors_on(first, cfg)
+    second = engine_for(cfg)
+    assert sorted(ids(second)) == sorted(first_ids)  # the same two processes
+    kept = list(second.executor.actors)
+    again, again_vectors = rows_and_vectors_on(second, cfg)
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in again] == \
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    for cid, vec in vectors.items():
+        np.testing.assert_array_equal(again_vectors[cid], vec)
+    ray_session.kill(kept[0])  # dies while it waits for the next run
+    third = engine_for(cfg)
+    try:
+        assert len(set(ids(third)) & set(first_ids)) == 1
+        third.run_round(0)
+    finally:
+        third.close()
+    fresh = engine_for(from_dict({**base, "ray": {"clients_per_actor": 2,
+                                                   "reuse_actors": False}}))
+    try:
+        assert not set(ids(fresh)) & set(ids(third))
+    finally:
+        fresh.close()

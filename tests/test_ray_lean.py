@@ -240,7 +240,9 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
     else:
         cfg = lora_lm(tmp_path, n=8)
     cfg = from_dict({**cfg, "backend": "ray", "eval": {"every": 0, "per_client": False},
-                     "ray": {"clients_per_actor": -(-cfg["topology"]["n"] // 2)}})
+                     # fresh processes: what a run's own actors measure
+                     "ray": {"clients_per_actor": -(-cfg["topology"]["n"] // 2),
+                             "reuse_actors": False}})
     backend = engine_for(cfg)
     try:
         for r in range(3):

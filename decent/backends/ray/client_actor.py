@@ -9,6 +9,7 @@ put in the object store, the driver gets their references) with the clients' sta
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,13 @@ class ClientHost:
     def __init__(self, cfg: RunConfig, plan: RunPlan, cids: list[int], has_gpu: bool,
                  frozen: dict[str, transport.EncodedTensor] | None = None,
                  index: int = 0) -> None:
+        self.setup(cfg, plan, cids, has_gpu, frozen, index)
+
+    def setup(self, cfg: RunConfig, plan: RunPlan, cids: list[int], has_gpu: bool,
+              frozen: dict[str, transport.EncodedTensor] | None = None,
+              index: int = 0) -> None:
+        """Build the run's clients ``cids`` here (at start, or in a host kept warm from
+        an earlier run of the same driver: :mod:`.warm`)."""
         self.device = resolve_device(cfg, has_gpu)
         self.index = index  # its position among the run's actors
         # payloads kept for Ray Direct Transport until every receiver has them, by key
@@ -46,6 +54,14 @@ class ClientHost:
         release_freed_memory()  # the copy of the model it built, when it adopted the shared
 
     def ready(self) -> bool:
+        return True
+
+    def release(self) -> bool:
+        """Drop every client and payload of the run, so the process can host the next."""
+        self.group = None  # type: ignore[assignment]
+        self.held.clear()
+        gc.collect()
+        release_freed_memory()
         return True
 
     def compute_charge(self) -> dict[str, Any]:

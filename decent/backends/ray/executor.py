@@ -20,7 +20,7 @@ import numpy as np
 import ray
 import torch
 
-from decent.backends.ray import direct, transport
+from decent.backends.ray import direct, transport, warm
 from decent.backends.ray.memory_plan import (
     Footprint,
     MemoryPlan,
@@ -178,6 +178,19 @@ class RayActors:
         wanted = direct.requested(rc)  # an RDT transport, or None: the object store
         actor = (ClientActor if wanted is None else DirectClientActor).options(
             num_cpus=rc.num_cpus_per_actor, num_gpus=rc.num_gpus_per_actor)
+        # warm hosts from this driver's earlier runs, where Ray outlives this run
+        self.warm_key = (warm.shape_key(rc.num_cpus_per_actor, rc.num_gpus_per_actor)
+                         if rc.reuse_actors and wanted is None and not self.started_ray
+                         else None)
+
+        started: list[Any] = []  # what to wait on: each host's set-up
+
+        def host(*setup: Any, **kw: Any) -> Any:
+            handle, setting_up = warm.start(self.warm_key, lambda: actor.remote(*setup, **kw),
+                                            *setup, **kw)
+            started.append(setting_up)
+            return handle
+
         self.actors = []
         self.direct: direct.DirectPayloads | None = None
         shared_bytes = 0
@@ -189,17 +202,16 @@ class RayActors:
                 # store once (owned by the driver, so they outlive any actor); every other
                 # actor maps them read-only, dropping the copy it built before its clients
                 # are made, and the first switches to them too
-                self.actors.append(actor.remote(cfg, plan_ref, self.groups[0], gpu, index=0))
+                self.actors.append(host(cfg, plan_ref, self.groups[0], gpu, index=0))
                 frozen = self.actors[0].frozen_weights.remote()
                 shared_bytes = ray.get(self.actors[0].adopt.remote(frozen))
-                self.actors += [actor.remote(cfg, plan_ref, cids, gpu, frozen,
-                                                   index=k)
+                self.actors += [host(cfg, plan_ref, cids, gpu, frozen, index=k)
                                 for k, cids in enumerate(self.groups[1:], 1)]
                 self.frozen = frozen
             else:
-                self.actors = [actor.remote(cfg, plan_ref, cids, gpu, index=k)
+                self.actors = [host(cfg, plan_ref, cids, gpu, index=k)
                                for k, cids in enumerate(self.groups)]
-            ray.get([a.ready.remote() for a in self.actors])  # surface build errors now
+            ray.get(started)  # surface build errors now
             if wanted is not None:
                 try:
                     self.direct = direct.DirectPayloads(wanted, self.actors)
@@ -322,8 +334,10 @@ class RayActors:
         if getattr(self, "direct", None) is not None:
             self.direct.close()
             self.direct = None
-        for actor in self.actors:
-            ray.kill(actor)
+        alive = [a for i, a in enumerate(self.actors) if i not in self.dead]
+        for i in self.dead:
+            ray.kill(self.actors[i])
+        warm.keep(getattr(self, "warm_key", None), alive)
         self.actors = []
         if self.started_ray:
             ray.shutdown()
