@@ -186,3 +186,45 @@ def test_a_config_that_is_not_a_strategy_config_is_one_line(tmp_path, monkeypatc
                         Entry(Bare, STRATEGIES.entry("dsgd").build))
     with pytest.raises(StrategyError, match=r"must subclass .*StrategyConfig"):
         from_dict(method_config(tmp_path, "bare", 4))
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each module of decent → the modules of decent it imports when it is imported (its
+    top-level imports; those inside functions and TYPE_CHECKING blocks run later)."""
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps.add(node.module)
+                deps.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def test_no_module_imports_itself_back_through_a_circle():
+    graph = module_imports()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for dep in sorted(graph[module]):
+            assert dep not in path, f"import circle: {' → '.join(path[path.index(dep):])} → {dep}"
+            if dep not in done:
+                visit(dep, [*path, dep])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+
+
+def test_no_file_of_the_package_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
