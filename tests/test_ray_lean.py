@@ -110,7 +110,8 @@ def test_the_probe_counts_the_model_and_each_clients_tensors_exactly(tmp_path):
     assert 355 <= shard <= 365 and shard == int(shard)
 
 
-def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_path):
+def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_path,
+                                                                           monkeypatch):
     """The driver of a language-model run on Ray probes in a process of its own, so it
     never imports transformers: the footprint is the in-process one, exactly, and a user
     error in it comes back as the same one-line error."""
@@ -129,13 +130,31 @@ def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_
     assert out[-2] == repr(probe(cfg, build_plan(cfg)))
     assert out[-1] == "False False"
 
-    # found only once the model is built: a module LoRA cannot adapt
+    # found only once the model is built: a module LoRA cannot adapt (apart, as from a
+    # driver that has not imported transformers)
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
     wrong = lora_lm(tmp_path)
     wrong["model"]["lora"] = {**LORA, "target_modules": ["no_such_proj"]}
     with pytest.raises(ConfigError) as err:
         probe_apart(from_dict(wrong), build_plan(from_dict(wrong)))
     assert err.value.field == "model.lora.target_modules"
     assert "has no module named no_such_proj" in err.value.message
+
+
+def test_a_driver_that_imported_transformers_probes_in_its_own_process(tmp_path,
+                                                                        monkeypatch):
+    """Apart would spare it nothing of the import: no process is started, and the
+    footprint is the in-process one."""
+    import subprocess
+
+    import transformers  # noqa: F401  (what a notebook that built a model has done)
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("the probe started a process")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    cfg = from_dict(lora_lm(tmp_path))
+    assert probe_apart(cfg, build_plan(cfg)) == probe(cfg, build_plan(cfg))
 
 
 def test_plan_arithmetic_matches_its_formula():
