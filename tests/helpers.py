@@ -56,10 +56,11 @@ def engine_for(cfg: Any) -> Any:
     return make_engine(cfg, build_plan(cfg))
 
 
-def run_capturing(fn: Any, cfg: Any, *args: Any) -> tuple[Any, dict[int, Any]]:
-    """``fn(*args, engine=...)`` (the runner's ``run`` or ``resume``) on a fresh engine
-    for ``cfg``, and every client's state vector as the run left it."""
-    backend = engine_for(cfg)
+def run_capturing(fn: Any, cfg: Any, *args: Any, engine: Any = None
+                  ) -> tuple[Any, dict[int, Any]]:
+    """``fn(*args, engine=...)`` (the runner's ``run`` or ``resume``) on ``engine`` (default:
+    a fresh one for ``cfg``), and every client's state vector as the run left it."""
+    backend = engine if engine is not None else engine_for(cfg)
     vectors: dict[int, Any] = {}
     close = backend.close
 
@@ -152,13 +153,5 @@ def rows_and_vectors_on(engine: Any, cfg: Any) -> tuple[list[dict[str, Any]], di
     a test has already built (and looked at): Ray's actors start once, not twice."""
     from decent.run.runner import run
 
-    vectors: dict[int, Any] = {}
-    close = engine.close
-
-    def capture_then_close() -> None:
-        vectors.update(engine.client_vectors())
-        close()
-
-    engine.close = capture_then_close
-    result = run(cfg, engine)
+    result, vectors = run_capturing(run, cfg, cfg, engine=engine)
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
