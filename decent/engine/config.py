@@ -265,6 +265,12 @@ def from_layers(*layers: Any) -> RunConfig:
     except OmegaConfBaseException as exc:
         raise config_error(exc, "", schema) from None
     validate_fields(cfg, "")
+    for name, value, registry in (("strategy", cfg.strategy, STRATEGIES),
+                                  ("task", cfg.task, TASKS), ("model", cfg.model, MODELS)):
+        # the component's own sections (a strategy's compression, lr_schedule): mappings
+        section = _section(value, name)
+        if "name" in section and str(section["name"]) in registry.names:
+            check_shapes(section, registry.entry(str(section["name"])).config, f"{name}.")
     cfg.strategy = STRATEGIES.config(_section(cfg.strategy, "strategy"))
     if not isinstance(cfg.strategy, StrategyConfig):  # a strategy added by hand
         raise StrategyError(f"strategy '{cfg.strategy.name}': its Config must subclass "
