@@ -42,7 +42,6 @@ class Engine:
         self.membership: Membership | None = copy.deepcopy(plan.membership)
         self.dead: set[int] = set()  # hosts lost for real
         self.lost: dict[int, int] = {}  # their clients → the round they were lost in
-        self.host_of = {cid: h for h, cids in enumerate(executor.groups) for cid in cids}
 
     # ------------------------------------------------------------------ the round
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:

@@ -151,6 +151,7 @@ class RayActors:
         else:
             self.started_ray = connect(rc, store_mb)
         self.groups = groups_for(cfg, ray.cluster_resources())
+        self.host_of = {cid: i for i, cids in enumerate(self.groups) for cid in cids}
         share = shares_frozen_weights(cfg, len(self.groups))
         if footprint is not None:
             node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())
@@ -245,7 +246,7 @@ class RayActors:
         return [i for i in range(len(self.actors)) if i not in self.dead]
 
     def actor_of(self, cid: int) -> int:
-        return next(i for i, cids in enumerate(self.groups) if cid in cids)
+        return self.host_of[cid]
 
     def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
                   members: RoundMembers | None) -> dict[int, PhaseResult | None]:
