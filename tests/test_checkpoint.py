@@ -62,7 +62,7 @@ def test_a_resumed_run_is_the_run_that_never_stopped(tmp_path, name):
     cfg = from_dict(config(tmp_path, name, faults={
         "delay": 0.5, "delay_phases": 2, "byzantine": [1], "attack": {"name": "replay"}}))
     full, full_vectors = with_vectors(run, cfg, cfg)
-    assert json.loads((full.run_dir / "checkpoint.json").read_text())["round"] == 4
+    assert json.loads((full.run_dir / "checkpoint.json").read_text())["next_round"] == 4
     resumed, vectors = with_vectors(resume, cfg, stopped_copy(full.run_dir))
     assert steady(resumed.rows) == steady(full.rows)
     assert len(resumed.rows) == 6
@@ -116,7 +116,7 @@ def killed_run(tmp_path):
             partial = next(runs.glob(".*.partial"), None) if runs.exists() else None
             pointer = None if partial is None else partial / "checkpoint.json"
             if pointer is not None and pointer.is_file() and \
-                    json.loads(pointer.read_text())["round"] >= 10:
+                    json.loads(pointer.read_text())["next_round"] >= 10:
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.05)
@@ -169,11 +169,13 @@ def test_bad_resumes_are_one_line_and_change_nothing(tmp_path, capsys):
 def test_a_checkpoint_is_complete_before_it_is_named(tmp_path):
     cfg = from_dict(tiny(tmp_path, rounds=7, checkpoint={"every": 2}))
     run_dir = run(cfg).run_dir
-    # only the newest checkpoint is kept, and the pointer names it
-    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-000006"]
-    info = checkpoint.pointer(run_dir)
-    assert info["round"] == 6 and info["clients"] == 6
-    state = checkpoint.read(run_dir, info)
+    # the newest checkpoint.keep (2) are kept, and the pointer names the newest
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == [
+        "checkpoint-000004", "checkpoint-000006"]
+    chosen, info = checkpoint.select(run_dir)
+    assert info["next_round"] == chosen.next_round == 6
+    assert chosen.manifest["metric_rows"] == 6
+    state = checkpoint.read(chosen)
     assert sorted(state["clients"]) == list(range(6))
 
 

@@ -193,9 +193,10 @@ def test_a_method_that_cannot_take_a_real_crash_stops_with_one_line(tmp_path, ra
     assert "client 4 crashes at round 1, but strategy 'seedflood'" in str(err.value)
 
 
-def test_a_killed_actor_can_restart_the_run_from_its_checkpoint(tmp_path, ray_session):
+def test_a_killed_actor_can_restart_the_run_from_its_checkpoint(tmp_path, ray_session,
+                                                                capsys):
     """ray.on_actor_death=restart: fresh actors, back to the last checkpoint, and the run
-    ends as if nothing had happened."""
+    ends as if nothing had happened; the restart is said in one line and counted."""
     base = tiny(tmp_path, rounds=6, topology={"name": "ring", "n": 8},
                 checkpoint={"every": 2}, eval={"every": 1, "per_client": False})
     reference, _ = rows_and_vectors(from_dict(base))  # eval every round: GMP + consensus
@@ -206,3 +207,7 @@ def test_a_killed_actor_can_restart_the_run_from_its_checkpoint(tmp_path, ray_se
     assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
     logged = (result.run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["round"] for line in logged] == list(range(6))
+    said = [line for line in capsys.readouterr().out.splitlines() if "restart" in line]
+    assert len(said) == 1 and said[0].startswith("restart 1 of at most 3: round 3: ")
+    assert said[0].endswith("back to checkpoint-000002"), said
+    assert result.summary["restarts"] == 1 and len(result.summary["segments_wall_s"]) == 1

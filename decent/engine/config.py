@@ -55,6 +55,9 @@ TARGET_MODES = ("auto", "max", "min")
 @dataclass
 class CheckpointConfig:
     every: int = at_least(0, 0)  # rounds between checkpoints; 0 = none
+    # committed checkpoints kept (the newest ones): `decent resume --from-previous` goes
+    # back to an older one when the newest is damaged
+    keep: int = at_least(1, 2)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from decent.engine.evaluation import evaluated_metrics
 from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
 from decent.run import checkpoint
-from decent.run.rundir import RunDir, check_out_dir
+from decent.run.rundir import RunDir, Segments, check_out_dir
 from decent.run.summary import summarize
 from decent.run.tracking import Tracker
 
@@ -94,136 +94,191 @@ def run(cfg: RunConfig, engine: Engine | None = None) -> RunResult:
     """Run ``cfg`` (on ``engine``, e.g. a wrapped one in a test; default: the engine of
     its backend) into a new run directory."""
     plan = check(cfg)
-    slot = Slot(engine or make_engine(cfg, plan))
+    rounds = Rounds(cfg, plan, engine)
     try:
         with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
             rd.write_text("config.yaml", to_yaml(cfg))
-            return _rounds(cfg, slot, plan, rd, start=0, rows=[], wandb_id=None)
+            return rounds.run(rd, start=0, rows=[], wandb_id=None)
     finally:
-        slot.close()
+        rounds.close()
 
 
-def resume(run_dir: str | Path, engine: Engine | None = None) -> RunResult:
-    """Continue the run in ``run_dir`` from its last checkpoint: its metrics and final
-    state are those of the run had it never stopped."""
+def resume(run_dir: str | Path, engine: Engine | None = None,
+           from_previous: bool = False) -> RunResult:
+    """Continue the run in ``run_dir`` from its last checkpoint (with ``from_previous``:
+    the newest one that verifies): its metrics and final state are those of the run had
+    it never stopped. Everything is verified before anything on disk changes."""
     rd = RunDir.existing(Path(run_dir))
-    info = checkpoint.pointer(rd.path)
+    chosen, info = checkpoint.select(rd.path, from_previous)
     cfg = load_config(rd.path / "config.yaml")
     plan = check(cfg)
-    slot = Slot(engine or make_engine(cfg, plan))
+    rounds = Rounds(cfg, plan, engine)
     try:
-        rows = rewind(rd, slot.engine, info)
         with rd:
-            return _rounds(cfg, slot, plan, rd, start=info["round"], rows=rows,
-                           wandb_id=info.get("wandb_id"))
+            rows = rounds.go_back(rd, chosen)
+            return rounds.run(rd, start=chosen.next_round, rows=rows,
+                              wandb_id=info.get("wandb_id"))
     finally:
-        slot.close()
+        rounds.close()
 
 
-def rewind(rd: RunDir, engine: Engine, info: dict[str, Any]) -> list[dict[str, Any]]:
-    """Load the checkpoint ``info`` into ``engine``; the rows up to it (those logged
-    after it, before the run stopped, are dropped: they are run again)."""
-    engine.load_state(checkpoint.read(rd.path, info))
-    rows = [row for row in read_rows(rd.path / "metrics.jsonl") if row["round"] < info["round"]]
-    rd.write_text("metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    return rows
+def rewind(rd: RunDir, engine: Engine, chosen: checkpoint.Committed) -> list[dict[str, Any]]:
+    """Load the checkpoint ``chosen`` into ``engine``; the rows up to it (those logged
+    after it, before the run stopped, are cut off: they are run again)."""
+    engine.load_state(checkpoint.read(chosen))
+    path = rd.path / checkpoint.METRICS
+    data = path.read_bytes() if path.is_file() else b""
+    kept = b"".join(data.splitlines(keepends=True)[:chosen.metric_rows])
+    rd.write_bytes(checkpoint.METRICS, kept)  # the same bytes: the manifest's hash holds
+    return [json.loads(line) for line in kept.splitlines()]
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line cut short when the run was killed
-            break
-    return rows
+class Rounds:
+    """The rounds of one segment of a run (one process from start or resume to its end):
+    the engine in use, the rows, and the restarts after an actor was lost."""
 
+    def __init__(self, cfg: RunConfig, plan: RunPlan, engine: Engine | None) -> None:
+        self.cfg, self.plan = cfg, plan
+        self.restarts = 0
+        self.slot: Slot | None = None
+        if engine is not None:
+            self.slot = Slot(engine)
+        else:
+            self.slot = Slot(self.build("while its actors started"))
 
-def _rounds(cfg: RunConfig, slot: Slot, plan: RunPlan, rd: RunDir, start: int,
-            rows: list[dict[str, Any]], wandb_id: str | None) -> RunResult:
-    rows = list(rows)
-    tracker = Tracker(cfg, rd.path, rd.run_id, wandb_id)
-    summary: dict[str, Any] | None = None
-    every = cfg.checkpoint.every
-    restarts = 0
-    try:
-        started = time.perf_counter()
-        initial = initial_metrics(cfg, slot.engine, rd, start)
-        bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
-                   disable=not cfg.tracking.progress, dynamic_ncols=True)
-        r = start
-        while r < cfg.rounds:
-            engine = slot.engine
-            bytes_total = rows[-1]["bytes_total"] if rows else 0
-            sim_total = rows[-1]["sim_time_total_s"] if rows else 0.0
-            t0 = time.perf_counter()
+    def build(self, when: str) -> Engine:
+        """A new engine; an actor lost while it starts is a restart like any other."""
+        while True:
             try:
-                stats, traffic = engine.run_round(r)
+                return make_engine(self.cfg, self.plan)
             except ActorLost as lost:
-                restarts += 1
-                if restarts > cfg.ray.max_restarts:
-                    raise ConfigError("ray.max_restarts", f"{lost}; restarted "
-                                      f"{cfg.ray.max_restarts} times already") from None
-                slot.engine.close()
-                slot.engine = make_engine(cfg, plan)
-                # no checkpoint yet: from the start
-                info = checkpoint.pointer(rd.path) if (rd.path / checkpoint.POINTER).is_file() \
-                    else None
-                if info:
-                    rows = rewind(rd, slot.engine, info)
-                else:
-                    rows = []
-                    rd.write_text("metrics.jsonl", "")
-                tracker.reopen()
-                r = info["round"] if info else 0
-                bar.n = r
-                continue
-            wall = time.perf_counter() - t0
-            bytes_total += traffic.bytes
-            sim_total += traffic.sim_time_s
-            row: dict[str, Any] = {
-                "round": r,
-                **reduce_stats(stats),
-                "bytes": traffic.bytes,
-                "bytes_total": bytes_total,
-                "messages": traffic.messages,
-                "max_edge_bytes": traffic.max_edge_bytes,
-                "max_edge_bytes_total": engine.max_edge_bytes_total,
-                "sim_time_s": traffic.sim_time_s,
-                "sim_compute_s": traffic.sim_compute_s,
-                "sim_comm_s": traffic.sim_comm_s,
-                "sim_time_total_s": sim_total,
-                "wall_s": wall,
-            }
-            if cfg.faults.on_the_wire:
-                row.update(dropped_messages=traffic.dropped_messages,
-                           delayed_messages=traffic.delayed_messages,
-                           partitioned_messages=traffic.partitioned_messages)
-            present = engine.present(r)
-            if present is not None:
-                row.update(live_clients=len(present),
-                           undeliverable_messages=traffic.undeliverable_messages)
-            if eval_due(cfg, r):
-                row.update(engine.evaluate(cfg.eval.per_client, present))
-            rows.append(row)
-            tracker.log(row)
-            if every and (r + 1) % every == 0 and r + 1 < cfg.rounds:
-                checkpoint.write(rd.path, r + 1, engine.save_state(),
-                                 {"wandb_id": tracker.wandb_id})
-            shown = ("loss", "gmp_accuracy", "gmp_perplexity")
-            bar.update(1)
-            bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
-            r += 1
-        bar.close()
-        summary = summarize(cfg, plan, slot.engine, rows, initial,
-                            time.perf_counter() - started, rd.run_id)
-        # bytes per directed edge over the run, for `decent report`'s heat map
-        rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
-                                     sorted(slot.engine.edge_bytes_total().items())})
-        rd.write_json("summary.json", summary)
-    finally:
-        tracker.close(summary)
-    return RunResult(rd.final, summary, rows)
+                self.count_restart(f"{lost} ({when})")
+
+    def count_restart(self, cause: str) -> None:
+        self.restarts += 1
+        if self.restarts > self.cfg.ray.max_restarts:
+            raise ConfigError("ray.max_restarts", f"{cause}; restarted "
+                              f"{self.cfg.ray.max_restarts} times already") from None
+
+    def go_back(self, rd: RunDir, chosen: checkpoint.Committed | None,
+                ) -> list[dict[str, Any]]:
+        """Load ``chosen`` (None: the start) into the engine, rebuilding it whenever an
+        actor is lost on the way; the rows before it."""
+        assert self.slot is not None
+        while True:
+            try:
+                if chosen is None:
+                    rd.write_text(checkpoint.METRICS, "")
+                    return []
+                return rewind(rd, self.slot.engine, chosen)
+            except ActorLost as lost:
+                self.count_restart(f"{lost} (while its checkpoint loaded)")
+                self.slot.close()
+                self.slot.engine = self.build("while its actors restarted")
+
+    def restart(self, rd: RunDir, round_: int, cause: ActorLost) -> tuple[int, list]:
+        """Back to the last committed checkpoint (or the start) on a new engine: the round
+        to run next and the rows before it. Said in one line."""
+        assert self.slot is not None
+        self.count_restart(str(cause))
+        self.slot.close()
+        self.slot.engine = self.build("while its actors restarted")
+        chosen = (checkpoint.select(rd.path, say=lambda _: None)[0]
+                  if (rd.path / checkpoint.POINTER).is_file() else None)
+        where = "the start" if chosen is None else f"{chosen.dir.name}"
+        print(f"restart {self.restarts} of at most {self.cfg.ray.max_restarts}: round "
+              f"{round_}: {cause}; back to {where}", flush=True)
+        rows = self.go_back(rd, chosen)
+        return (0 if chosen is None else chosen.next_round), rows
+
+    def close(self) -> None:
+        if self.slot is not None:
+            self.slot.close()
+
+    def run(self, rd: RunDir, start: int, rows: list[dict[str, Any]],
+            wandb_id: str | None) -> RunResult:
+        cfg, plan = self.cfg, self.plan
+        assert self.slot is not None
+        slot = self.slot
+        rows = list(rows)
+        tracker = Tracker(cfg, rd.path, rd.run_id, wandb_id)
+        segment = Segments(rd, start)
+        summary: dict[str, Any] | None = None
+        every = cfg.checkpoint.every
+        try:
+            initial = initial_metrics(cfg, slot.engine, rd, start)
+            bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
+                       disable=not cfg.tracking.progress, dynamic_ncols=True)
+            r = start
+            while r < cfg.rounds:
+                try:
+                    row = self.round(r, rows)
+                    rows.append(row)
+                    tracker.log(row)
+                    rd.check()  # still the run's own directory (not removed, not replaced)
+                    if every and (r + 1) % every == 0 and r + 1 < cfg.rounds:
+                        checkpoint.write(rd.path, r + 1, slot.engine.save_state(),
+                                         {"wandb_id": tracker.wandb_id}, cfg.checkpoint.keep)
+                except ActorLost as lost:
+                    r, rows = self.restart(rd, r, lost)
+                    tracker.reopen()
+                    bar.n = r
+                    segment.update(r, self.restarts)
+                    continue
+                segment.update(r + 1, self.restarts)
+                shown = ("loss", "gmp_accuracy", "gmp_perplexity")
+                bar.update(1)
+                bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row})
+                r += 1
+            bar.close()
+            rd.check()
+            summary = summarize(cfg, plan, slot.engine, rows, initial, segment.total_wall(),
+                                rd.run_id)
+            summary.update(restarts=segment.total_restarts(),
+                           segments_wall_s=segment.walls())
+            # bytes per directed edge over the run, for `decent report`'s heat map
+            rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
+                                         sorted(slot.engine.edge_bytes_total().items())})
+            rd.write_json("summary.json", summary)
+        finally:
+            tracker.close(summary)
+        return RunResult(rd.final, summary, rows)
+
+    def round(self, r: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Run round ``r`` and evaluate it when due: its metrics row."""
+        cfg = self.cfg
+        assert self.slot is not None
+        engine = self.slot.engine
+        bytes_total = rows[-1]["bytes_total"] if rows else 0
+        sim_total = rows[-1]["sim_time_total_s"] if rows else 0.0
+        t0 = time.perf_counter()
+        stats, traffic = engine.run_round(r)
+        wall = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "round": r,
+            **reduce_stats(stats),
+            "bytes": traffic.bytes,
+            "bytes_total": bytes_total + traffic.bytes,
+            "messages": traffic.messages,
+            "max_edge_bytes": traffic.max_edge_bytes,
+            "max_edge_bytes_total": engine.max_edge_bytes_total,
+            "sim_time_s": traffic.sim_time_s,
+            "sim_compute_s": traffic.sim_compute_s,
+            "sim_comm_s": traffic.sim_comm_s,
+            "sim_time_total_s": sim_total + traffic.sim_time_s,
+            "wall_s": wall,
+        }
+        if cfg.faults.on_the_wire:
+            row.update(dropped_messages=traffic.dropped_messages,
+                       delayed_messages=traffic.delayed_messages,
+                       partitioned_messages=traffic.partitioned_messages)
+        present = engine.present(r)
+        if present is not None:
+            row.update(live_clients=len(present),
+                       undeliverable_messages=traffic.undeliverable_messages)
+        if eval_due(cfg, r):
+            row.update(engine.evaluate(cfg.eval.per_client, present))
+        return row
 
 
 def initial_metrics(cfg: RunConfig, engine: Engine, rd: RunDir, start: int

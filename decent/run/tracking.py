@@ -42,13 +42,20 @@ class Tracker:
         return None if self.wandb is None else self.wandb.id
 
     def log(self, row: dict[str, Any]) -> None:
-        self.metrics.write(json.dumps(row, sort_keys=True) + "\n")
-        self.metrics.flush()
+        try:
+            self.metrics.write(json.dumps(row, sort_keys=True) + "\n")
+            self.metrics.flush()
+        except OSError as exc:  # a full disk: name the file (a write error does not)
+            raise OSError(exc.errno, exc.strerror, self.metrics.name) from None
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if k != "round"}, step=row["round"])
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
-        self.metrics.close()
+        try:
+            self.metrics.close()
+        except OSError:
+            if summary is not None:  # otherwise the run's own error is already on its way
+                raise
         if self.wandb is not None:
             if summary:
                 self.wandb.summary.update(summary)

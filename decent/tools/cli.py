@@ -1,6 +1,8 @@
 """The ``decent`` command line.
 
     decent run CONFIG.yaml [key=value ...]   run an experiment
+    decent resume RUN_DIR [--from-previous]  continue a stopped run from its checkpoint
+    decent verify RUN_DIR                    check a run's checkpoints, rows and summary
     decent topo NAME --n 16 [...]            describe a communication graph
 """
 
@@ -26,7 +28,19 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from decent.run.runner import resume
 
-    report(resume(args.run_dir))
+    report(resume(args.run_dir, from_previous=args.from_previous))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from decent.run.verify import verify
+
+    found = verify(args.run_dir)
+    for problem in found.problems:
+        print(f"verify: {problem}")
+    if found.problems:
+        return 1
+    print(f"verify: {args.run_dir}: ok ({'; '.join(found.facts)})")
     return 0
 
 
@@ -171,7 +185,14 @@ def parser() -> argparse.ArgumentParser:
     o.set_defaults(func=_report)
     c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")
     c.add_argument("run_dir", help="the run's directory (runs/.<id>.partial or <id>.failed)")
+    c.add_argument("--from-previous", action="store_true",
+                   help="resume from the newest checkpoint that verifies (when the newest "
+                   "one is damaged)")
     c.set_defaults(func=_resume)
+    v = sub.add_parser("verify", help="check a run directory: checkpoints against their "
+                       "manifests, metric rows, summary; one line per problem (exit 1)")
+    v.add_argument("run_dir", help="a finished or interrupted run's directory")
+    v.set_defaults(func=_verify)
     t = sub.add_parser("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)
