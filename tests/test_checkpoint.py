@@ -138,6 +138,14 @@ def test_resume_after_a_sigkill_of_the_driver(tmp_path, killed_run, capsys):
     reference = run(from_dict({**cfg, "tracking": {**cfg["tracking"],
                                                    "out_dir": str(partial.parent / "ref")}}))
     assert steady(rows) == steady(reference.rows)
+    # the summary's wall time is the whole run's: the killed segment (up to its last
+    # round) and the resumed one
+    summary = json.loads((final / "summary.json").read_text())
+    walls = summary["segments_wall_s"]
+    assert len(walls) == 2 and all(w > 0 for w in walls)
+    assert summary["wall_s"] == pytest.approx(sum(walls))
+    assert summary["restarts"] == 0
+    assert "  per segment" in out
 
 
 def run_cli(capsys, *argv: str) -> str:

@@ -119,17 +119,27 @@ SUMMARY_ROWS = (
     ("Byzantine clients", "byzantine_clients", "{}"),
     ("clients present (end)", "live_clients", "{}"),
     ("messages undeliverable", "undeliverable_messages_total", "{:,}"),
+    ("restarts (actor lost)", "restarts", "{}"),
     ("wall time", "wall_s", "{:.1f} s"),
+    ("  per segment", "segments_wall_s", "{}"),
 )
+
+
+# rows left out when there is nothing to say (no compute charged, no restart)
+QUIET_WHEN_NONE = ("sim_compute_total_s", "restarts")
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     width = max(len(label) for label, _, _ in SUMMARY_ROWS)
     lines = []
     for label, key, fmt in SUMMARY_ROWS:
-        if key not in summary or (key == "sim_compute_total_s" and not summary[key]):
+        if key not in summary or (key in QUIET_WHEN_NONE and not summary[key]):
             continue
         value = summary[key]
+        if key == "segments_wall_s":  # only for a resumed run: one time per segment
+            if len(value) < 2:
+                continue
+            value = " + ".join(f"{w:.1f} s" for w in value)
         text = "not reached" if value is None else fmt.format(value)
         lines.append(f"{label:<{width}}  {text}")
     return "\n".join(lines)
