@@ -98,6 +98,25 @@ def test_a_file_size_limit_reached_mid_run_is_one_line(tmp_path, capsys):
     resume_equals(capsys, failed, cfg)
 
 
+def test_a_checkpoint_file_past_the_size_limit_is_one_line_naming_it(tmp_path):
+    """RLIMIT_FSIZE=10 000 bytes in a child: the first client file of the first checkpoint
+    (18 KB) fails with a real EFBIG from the kernel; one line naming that file, exit 2,
+    and no half-written checkpoint folder left."""
+    cfg = tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 4},
+               checkpoint={"every": 2}, eval={"every": 1, "per_client": False})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    decent = Path(sys.executable).parent / "decent"
+    proc = subprocess.run([str(decent), "run", str(path)], capture_output=True, text=True,
+                          preexec_fn=lambda: limit_file_size(10_000),
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert ".checkpoint-000002.tmp/clients/0.pt: File too large" in err, err
+    failed = failed_dir(tmp_path / "runs")
+    assert not list(failed.glob("*checkpoint*"))
+
+
 class RemovesItsRunDir(WrapsBackend):
     """Before round ``round_``, removes the run's directory (and with ``replace``, puts an
     empty folder of the same name in its place)."""

@@ -121,23 +121,27 @@ def store(path: Path, value: Any) -> dict[str, Any]:
     ``OSError`` of this file, not an error inside torch's zip writer); its size and hash."""
     buffer = io.BytesIO()
     torch.save(plain.encode(value), buffer)
-    data = buffer.getvalue()
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    data = buffer.getbuffer()  # a view, not a copy (a shared 588 MB weight file)
+    write_durably(path, data, exclusive=True)
+    return {"size": data.nbytes, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def write_durably(path: Path, data: bytes | memoryview, exclusive: bool = False) -> None:
+    """``data`` in ``path``, on the disk when this returns; a write that fails (a full
+    disk) is an ``OSError`` naming ``path`` (a file object's own errors name no file)."""
+    try:
+        with open(path, "xb" if exclusive else "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def replace_durably(path: Path, data: bytes) -> None:

@@ -106,6 +106,12 @@ class RunDir:
         try:
             tmp.write_bytes(data)
             os.replace(tmp, self.path / name)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.filename:
+                raise
+            # a file object's write errors (a full disk) name no file: name it
+            raise OSError(exc.errno, exc.strerror, str(self.path / name)) from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
