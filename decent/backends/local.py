@@ -20,7 +20,7 @@ from decent.network.membership import RoundMembers
 class InProcess:
     """The executor that hosts every client of the run in this process (host 0)."""
 
-    survives_loss = True  # nothing here can be lost
+    survives_loss = True  # nothing here can be lost: it never raises HostsLost
 
     def __init__(self, cfg: RunConfig, plan: RunPlan) -> None:
         self.layout: dict[str, Any] = {}  # nothing to record: one process
@@ -29,7 +29,7 @@ class InProcess:
         self.compute_charge = self.group.clock.record()
 
     def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
-                  members: RoundMembers | None) -> dict[int, PhaseResult | None]:
+                  members: RoundMembers | None) -> dict[int, PhaseResult]:
         outgoing, compute = self.group.run_phase(round_, step, phase, inboxes[0], members)
         return {0: PhaseResult(outgoing, compute, self.group.pop_stats())}
 

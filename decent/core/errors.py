@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConfigError(ValueError):
     """A bad value a user wrote (config file, override, CLI flag).
@@ -30,3 +32,19 @@ class StrategyError(RuntimeError):
 class ActorLost(RuntimeError):
     """A process hosting clients died, and the run asked to restart from its last
     checkpoint rather than go on without them (``ray.on_actor_death: restart``)."""
+
+
+class HostsLost(RuntimeError):
+    """The processes of ``hosts`` (Ray: their actors) died during one executor call: how
+    every executor call reports a loss (:class:`decent.engine.executor.Executor`).
+
+    It is raised once every call made to the other hosts has come back, so their work is
+    done; ``partial`` is what they returned where it cannot be asked for again (a phase:
+    host → its result). The engine loses the hosts for real (their clients crash, or,
+    under ``ray.on_actor_death: restart``, :class:`ActorLost`) and asks a call that only
+    reads (evaluation, checkpoint, a joiner's bootstrap) again of the survivors."""
+
+    def __init__(self, hosts: list[int], partial: Any = None) -> None:
+        self.hosts = sorted(hosts)
+        self.partial = partial
+        super().__init__(f"hosts {self.hosts} were lost")

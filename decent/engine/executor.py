@@ -4,7 +4,15 @@ The engine (:mod:`.loop`) owns the round — phases, routing, faults, membership
 clock, evaluation and checkpoints — and an executor only runs client groups where they
 live: all in this process (:mod:`decent.backends.local`) or on Ray actors
 (:mod:`decent.backends.ray.executor`). Clients are addressed by *host*: the index of the
-group (``groups[h]``) that hosts them."""
+group (``groups[h]``) that hosts them.
+
+A host can be lost (its process dies: a Ray actor killed, its node gone). Every call that
+reaches hosts reports that the one same way: it raises
+:class:`~decent.core.errors.HostsLost` naming the hosts that died during it, once the
+other hosts' calls have come back; a lost host is never called again. For a phase,
+whose work cannot be done twice, the exception carries the survivors' results; every
+other call only reads, and the engine asks it again of the survivors. An executor that
+cannot lose a host (this process) never raises it."""
 
 from __future__ import annotations
 
@@ -39,9 +47,10 @@ class Executor(Protocol):
     survives_loss: bool
 
     def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
-                  members: RoundMembers | None) -> dict[int, PhaseResult | None]:
+                  members: RoundMembers | None) -> dict[int, PhaseResult]:
         """Run ``phase`` on every host in ``inboxes`` (host → its clients' inboxes); per
-        host, in host order, its result or None if the host was lost."""
+        host, in host order, its result. Hosts lost: ``HostsLost(hosts, partial)``, with
+        ``partial`` the results of the others, by host."""
         ...
 
     def vectors(self, cids: list[int]) -> dict[int, np.ndarray]: ...
@@ -61,7 +70,10 @@ class Executor(Protocol):
         """The checkpoint of every client on ``hosts``, and the process state they share."""
         ...
 
-    def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None: ...
+    def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None:
+        """Every host's clients and process state from a checkpoint (``clients``: by id;
+        a client lost before it has none)."""
+        ...
 
     def client_vectors(self, hosts: list[int]) -> dict[int, np.ndarray]: ...
 

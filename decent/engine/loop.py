@@ -6,16 +6,24 @@ inboxes, asks the executor to run the phase there, and routes what comes back th
 one :class:`~decent.network.router.Router` (edge checks, byte counts, wire faults, the
 simulated clock). Evaluation and checkpoints read the hosts through the executor too, so
 a feature that touches a round is written here once; an executor (in this process, or Ray
-actors) only runs groups of clients where they live and moves their payloads."""
+actors) only runs groups of clients where they live and moves their payloads.
+
+A host lost in any executor call (:class:`~decent.core.errors.HostsLost`) goes through
+:meth:`Engine.lose`: under ``ray.on_actor_death: churn`` its clients crash and the run
+goes on without them (a call that only reads is asked again of the survivors); under
+``restart``, or where the executor cannot go on without it, :class:`ActorLost` sends
+the run back to its checkpoint."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 
-from decent.core.errors import ActorLost
+from decent.core.errors import ActorLost, HostsLost
 from decent.core.messages import Message
 from decent.core.stats import Stat
 from decent.engine.config import RunConfig
@@ -24,6 +32,8 @@ from decent.engine.executor import Executor, Inboxes
 from decent.engine.plan import RunPlan, check_churn
 from decent.network.membership import ChurnConfig, Membership
 from decent.network.router import RoundTraffic, Router
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -42,27 +52,28 @@ class Engine:
         self.membership: Membership | None = copy.deepcopy(plan.membership)
         self.dead: set[int] = set()  # hosts lost for real
         self.lost: dict[int, int] = {}  # their clients → the round they were lost in
+        # the round running, or the last one run (-1: none yet): a host lost between
+        # rounds (evaluating, saving) is lost in the round just run
+        self.current_round = -1
 
     # ------------------------------------------------------------------ the round
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
+        self.current_round = round_
         members = None if self.membership is None else self.membership.at(round_)
         self.router.begin_round(None if members is None else members.present)
         for joiner, givers in joiners(self.topology, round_, members):
-            if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
-                self.executor.bootstrap(joiner, None)
-                continue
-            vectors = self.executor.vectors(givers)
-            mean = mean_model([vectors[g] for g in givers], len(givers))
-            self.executor.bootstrap(joiner, mean)
-            for giver in givers:  # each sends its model: counted like any message
-                self.router.account(giver, joiner, 4 * mean.size)
+            self.surviving(partial(self.join, joiner, givers), within_round=True)
         stats: dict[int, dict[str, Stat]] = {}
         for step, phase in enumerate(self.strategy.phases(round_)):
             inboxes = {h: self.router.take(self.executor.groups[h]) for h in self.live()}
-            results = self.executor.run_phase(round_, step, phase, inboxes, members)
-            for host, result in results.items():
+            try:
+                results = self.executor.run_phase(round_, step, phase, inboxes, members)
+            except HostsLost as lost:  # a phase runs once: the survivors' results stand
+                results = lost.partial
+            for host, inbox in inboxes.items():  # in host order
+                result = results.get(host)
                 if result is None:
-                    self.lose(host, round_, inboxes[host])
+                    self.lose(host, round_, inbox)
                     continue
                 self.router.post(round_, phase, result.outgoing, result.compute)
                 for cid, recorded in result.stats.items():
@@ -71,18 +82,56 @@ class Engine:
             self.executor.settle(self.router.in_flight())
         return stats, self.router.end_round()
 
+    def join(self, joiner: int, givers: list[int]) -> None:
+        """Bootstrap ``joiner`` from its neighbours' mean model, of those of ``givers``
+        not lost (or let it pull its model itself, in messages)."""
+        if joiner in self.lost:  # its host died during this round's joins
+            return
+        if self.strategy.pulls_on_join:  # it fetches its model itself, in messages
+            self.executor.bootstrap(joiner, None)
+            return
+        givers = [g for g in givers if g not in self.lost]
+        if not givers:  # all lost: as a joiner with no neighbour present, it keeps its own
+            return
+        vectors = self.executor.vectors(givers)
+        mean = mean_model([vectors[g] for g in givers], len(givers))
+        self.executor.bootstrap(joiner, mean)
+        for giver in givers:  # each sends its model: counted like any message
+            self.router.account(giver, joiner, 4 * mean.size)
+
     def live(self) -> list[int]:
         return [h for h in range(len(self.executor.groups)) if h not in self.dead]
 
+    def surviving(self, call: Callable[[], T], within_round: bool = False) -> T:
+        """``call()`` (an executor call that only reads, or a join); every host lost
+        during it is lost for real in the current round (:meth:`lose`), and the call is
+        made again over the survivors."""
+        while True:
+            try:
+                return call()
+            except HostsLost as lost:
+                for host in lost.hosts:
+                    # the mail waiting for its clients: within a round it goes back to its
+                    # senders, as a phase's unread inbox does; between rounds it is
+                    # dropped, as for a client the churn schedule removes there (returned
+                    # mail would wait in the round's posted queue, which no checkpoint
+                    # holds: a checkpoint is taken between rounds)
+                    unread = self.router.take(self.executor.groups[host])
+                    self.lose(host, self.current_round, unread if within_round else None)
+
     def lose(self, host: int, round_: int, unread: Inboxes | None = None) -> None:
-        """A host died for real: its clients crashed in this round. The run goes on
-        without them if the method and the executor can; otherwise back to the checkpoint
-        (``ActorLost``) or, for a method that cannot lose clients, one line. ``unread`` is
-        the inbox bundle it was handed this phase and never read."""
+        """A host died for real: its clients crashed in round ``round_`` (-1: before the
+        first), gone from the next. The run goes on without them if the method and the
+        executor can; otherwise back to the checkpoint (``ActorLost``) or, for a method
+        that cannot lose clients, one line. ``unread`` is the inbox bundle it was handed
+        and never read: it goes back to its senders."""
         clients = self.executor.groups[host]
+        when = f"in round {round_}" if round_ >= 0 else "before the first round"
         if self.cfg.ray.on_actor_death == "restart" or not self.executor.survives_loss:
-            raise ActorLost(f"the actor hosting clients {clients} died in round {round_}")
+            raise ActorLost(f"the actor hosting clients {clients} died {when}")
         self.dead.add(host)
+        if not self.live():  # nobody left to go on with: back to the checkpoint
+            raise ActorLost(f"every actor of the run has died (the last {when})")
         for cid in clients:
             check_churn(self.strategy, cid, "crash", round_)
         self.crash(set(clients), round_)
@@ -119,13 +168,27 @@ class Engine:
         return sorted(set(self.membership.at(round_).present) - set(self.lost))
 
     def evaluate(self, per_client: bool, present: list[int] | None = None) -> dict[str, float]:
+        """The metrics of the clients ``present`` (None: all) not lost. A host lost during
+        the evaluation is lost in the round just run and the evaluation is made over the
+        survivors; the metrics then say so: ``evaluated_clients`` (how many it covered)
+        and ``live_clients`` (how many are left: it replaces the count the runner took
+        before evaluating)."""
+        lost_before = len(self.lost)
+        metrics, evaluated = self.surviving(partial(self._evaluate, per_client, present))
+        if len(self.lost) > lost_before:
+            metrics["evaluated_clients"] = evaluated
+            metrics["live_clients"] = len(self.present(max(self.current_round, 0)) or ())
+        return metrics
+
+    def _evaluate(self, per_client: bool, present: list[int] | None
+                  ) -> tuple[dict[str, float], int]:
         keep = set(range(self.cfg.n) if present is None else present) - set(self.lost)
         parts = {h: [c for c in self.executor.groups[h] if c in keep] for h in self.live()}
         mean = mean_model(self.executor.param_sums(parts), len(keep))
-        return combine(self.executor.evaluate(mean, per_client, parts))
+        return combine(self.executor.evaluate(mean, per_client, parts)), len(keep)
 
     def client_vectors(self) -> dict[int, np.ndarray]:
-        return self.executor.client_vectors(self.live())
+        return self.surviving(lambda: self.executor.client_vectors(self.live()))
 
     def edge_bytes_total(self) -> dict[tuple[int, int], int]:
         return dict(self.router.total_edge_bytes)
@@ -150,6 +213,12 @@ class Engine:
 
     # ------------------------------------------------------------------ checkpoints
     def save_state(self) -> dict[str, Any]:
+        """Everything the run needs to go on from here. A host lost while saving is lost
+        in the round just run (its clients crash: ``lost`` records them) and the
+        survivors are saved again: a checkpoint is whole, never half of one."""
+        return self.surviving(self._save_state)
+
+    def _save_state(self) -> dict[str, Any]:
         clients, process = self.executor.save(self.live())
         router = self.router.save()
         ready, later = self.executor.storable(router["ready"], router["later"])
@@ -159,7 +228,14 @@ class Engine:
                 "lost": dict(self.lost)}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.executor.load(state["clients"], state["process"])
+        try:
+            self.executor.load(state["clients"], state["process"])
+        except HostsLost as lost:
+            # a checkpoint loads whole or not at all, whatever ray.on_actor_death says:
+            # the runner builds the engine again and loads it again on fresh hosts
+            clients = [c for h in lost.hosts for c in self.executor.groups[h]]
+            raise ActorLost(f"the actor hosting clients {clients} died while the "
+                            "checkpoint loaded") from lost
         for cid, round_ in state.get("lost", {}).items():  # lost before the checkpoint
             self.crash({cid}, round_)
         router = dict(state["router"])

@@ -29,7 +29,9 @@ from typing import Any
 
 import ray
 
+from decent.backends.ray.losses import gather
 from decent.backends.ray.transport import Held
+from decent.core.errors import HostsLost
 from decent.core.messages import Message
 from decent.core.tree import tree_leaves, tree_map
 from decent.engine.config import RayConfig
@@ -94,11 +96,14 @@ class DirectPayloads:
     def fetch(self, actors: list[Any], *queues: dict[Any, list[Message]]
               ) -> list[dict[Any, list[Message]]]:
         """``queues`` of messages with every kept payload fetched through the object store
-        (encoded arrays, one call per actor holding some), for a checkpoint."""
+        (encoded arrays, one call per actor holding some), for a checkpoint;
+        :class:`HostsLost` naming the actors that died."""
         want = held_keys(m for queue in queues for msgs in queue.values() for m in msgs)
-        parts = ray.get([actors[a].held_payloads.remote(sorted(keys))
-                         for a, keys in want.items()])
-        got = {(a, key): payload for a, part in zip(want, parts, strict=True)
+        parts, lost = gather({a: actors[a].held_payloads.remote(sorted(keys))
+                              for a, keys in want.items()})
+        if lost:  # what they kept died with them: no whole checkpoint to be had
+            raise HostsLost(lost)
+        got = {(a, key): payload for a, part in parts.items()
                for key, payload in part.items()}
         return [{k: [replace(m, payload=tree_map(lambda h: got[(h.actor, h.key)], m.payload,
                                                  leaf=Held)) for m in msgs]

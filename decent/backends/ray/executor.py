@@ -21,6 +21,7 @@ import ray
 import torch
 
 from decent.backends.ray import direct, transport, warm
+from decent.backends.ray.losses import died, gather
 from decent.backends.ray.memory_plan import (
     Footprint,
     MemoryPlan,
@@ -32,7 +33,7 @@ from decent.backends.ray.memory_plan import (
     process_memory_mb,
 )
 from decent.backends.ray.placement import groups_for
-from decent.core.errors import ConfigError
+from decent.core.errors import ActorLost, ConfigError, HostsLost
 from decent.core.messages import Message
 from decent.engine.config import RayConfig, RunConfig
 from decent.engine.executor import Inboxes, PhaseResult
@@ -124,7 +125,9 @@ def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
 class RayActors:
     """The executor whose hosts are ClientActors, one per group of clients: it places
     them, moves payloads between them (object store or RDT) and reports an actor that
-    died as a lost host."""
+    died, in whichever call, as a lost host (:class:`HostsLost`). One that dies while
+    the actors start is :class:`ActorLost`: there is no run to go on without it yet, so
+    the runner builds the engine again (back to the checkpoint, or the start)."""
 
     def __init__(self, cfg: RunConfig, plan: RunPlan) -> None:
         from decent.backends.ray.client_actor import ClientActor, DirectClientActor
@@ -217,12 +220,20 @@ class RayActors:
                 try:
                     self.direct = direct.DirectPayloads(wanted, self.actors)
                 except Exception as exc:  # no such backend here: the object store it is
+                    if died(exc):  # ...unless an actor died: that is a loss
+                        raise
                     reason = (str(exc).splitlines() or [""])[0]
                     print(f"payloads: Ray Direct Transport over {wanted} is unavailable "
                           f"({type(exc).__name__}: {reason}); using the object store",
                           flush=True)
-        except Exception:
+            self.compute_charge: dict[str, Any] = ray.get(
+                self.actors[0].compute_charge.remote())
+        except Exception as exc:
             self.close()
+            if died(exc):
+                reason = (str(exc).splitlines() or [""])[0]
+                raise ActorLost(f"an actor died while the run's actors started ({reason})"
+                                ) from exc
             raise
         sizes = sorted(len(g) for g in self.groups)
         # what the run summary records of how the run was laid out on Ray
@@ -233,8 +244,6 @@ class RayActors:
             "ray_payload_path": "object store" if self.direct is None else self.direct.path,
             "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
         }
-        self.compute_charge: dict[str, Any] = ray.get(self.actors[0].compute_charge.remote())
-
 
     @property
     def survives_loss(self) -> bool:
@@ -249,10 +258,10 @@ class RayActors:
         return self.host_of[cid]
 
     def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
-                  members: RoundMembers | None) -> dict[int, PhaseResult | None]:
+                  members: RoundMembers | None) -> dict[int, PhaseResult]:
         """One ``run_phase`` call per actor, with its inbox bundle (references to large
         payloads: the actor fetches those itself); over RDT, every hand-over it needs is
-        submitted first. An actor that died is None, and never called again."""
+        submitted first. Actors that died: :class:`HostsLost`, with the others' results."""
         if self.direct is None:
             calls = {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
                      for i, inbox in inboxes.items()}
@@ -263,18 +272,32 @@ class RayActors:
                          round_, step, phase, inbox, members, self.direct.release(i),
                          *handed[i])
                      for i, inbox in inboxes.items()}
-        results: dict[int, PhaseResult | None] = {}
-        for i, call in calls.items():
-            try:
-                outgoing, compute, stats = ray.get(call)
-            except ray.exceptions.RayActorError:
-                self.dead.add(i)
-                results[i] = None
-                continue
+        # over RDT, a receiver whose hand-over came from an actor that died fails with
+        # it, and is reported lost with it: the run goes back to its checkpoint anyway
+        got, lost = self._gather(calls)
+        results: dict[int, PhaseResult] = {}
+        for i, (outgoing, compute, stats) in got.items():
             if self.direct is not None:
                 self.direct.posted(i, outgoing)
             results[i] = PhaseResult(outgoing, compute, stats)
+        if lost:
+            raise HostsLost(lost, results)
         return results
+
+    def _gather(self, calls: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
+        """Each host's result (``calls``: host → its call) and the hosts whose actor died,
+        marked dead: never called again."""
+        got, lost = gather(calls)
+        self.dead.update(lost)
+        return got, lost
+
+    def _all(self, calls: dict[int, Any]) -> dict[int, Any]:
+        """Each host's result, in the order of ``calls``; :class:`HostsLost` if any died
+        (after every call has come back)."""
+        got, lost = self._gather(calls)
+        if lost:
+            raise HostsLost(lost)
+        return got
 
     def settle(self, in_flight: Iterable[Message]) -> None:
         if self.direct is not None:
@@ -282,41 +305,45 @@ class RayActors:
 
     def vectors(self, cids: list[int]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
-        for part in ray.get([self.actors[i].vectors.remote([c for c in cids
-                                                            if c in self.groups[i]])
-                             for i in sorted({self.actor_of(c) for c in cids})]):
+        for part in self._all({i: self.actors[i].vectors.remote([c for c in cids
+                                                                 if c in self.groups[i]])
+                               for i in sorted({self.actor_of(c) for c in cids})}).values():
             out.update(part)
         return out
 
     def bootstrap(self, cid: int, vector: np.ndarray | None) -> None:
-        ray.get(self.actors[self.actor_of(cid)].bootstrap.remote(cid, vector))
+        host = self.actor_of(cid)
+        self._all({host: self.actors[host].bootstrap.remote(cid, vector)})
 
     def param_sums(self, parts: dict[int, list[int]]) -> list[np.ndarray | None]:
-        return ray.get([self.actors[i].param_sum.remote(cids) for i, cids in parts.items()])
+        return list(self._all({i: self.actors[i].param_sum.remote(cids)
+                               for i, cids in parts.items()}).values())
 
     def evaluate(self, mean: np.ndarray, per_client: bool, parts: dict[int, list[int]]
                  ) -> list[dict[str, Any]]:
         mean_ref = ray.put(mean)
-        return ray.get([self.actors[i].evaluate.remote(mean_ref, k == 0, per_client, cids)
-                        for k, (i, cids) in enumerate(parts.items())])
+        return list(self._all({i: self.actors[i].evaluate.remote(mean_ref, k == 0,
+                                                                 per_client, cids)
+                               for k, (i, cids) in enumerate(parts.items())}).values())
 
     def save(self, hosts: list[int]) -> tuple[dict[int, Any], dict[str, Any]]:
         clients: dict[int, Any] = {}
         process: dict[str, Any] = {}
-        for part, proc in ray.get([self.actors[i].save.remote(k == 0)
-                                   for k, i in enumerate(hosts)]):
+        for part, proc in self._all({i: self.actors[i].save.remote(k == 0)
+                                     for k, i in enumerate(hosts)}).values():
             clients.update(part)
             process = process if proc is None else proc
         return clients, process
 
     def load(self, clients: dict[int, Any], process: dict[str, Any]) -> None:
-        ray.get([a.load.remote({cid: clients[cid] for cid in cids if cid in clients},
-                               process)
-                 for a, cids in zip(self.actors, self.groups, strict=True)])
+        self._all({i: self.actors[i].load.remote(
+                       {cid: clients[cid] for cid in self.groups[i] if cid in clients}, process)
+                   for i in self.live()})
 
     def client_vectors(self, hosts: list[int]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
-        for part in ray.get([self.actors[i].client_vectors.remote() for i in hosts]):
+        for part in self._all({i: self.actors[i].client_vectors.remote()
+                               for i in hosts}).values():
             out.update(part)
         return out
 
@@ -324,7 +351,11 @@ class RayActors:
         """Payloads fetched (those kept by their senders' actors over RDT, and those in
         the object store) and decoded to CPU tensors."""
         if self.direct is not None:
-            queues = tuple(self.direct.fetch(self.actors, *queues))
+            try:
+                queues = tuple(self.direct.fetch(self.actors, *queues))
+            except HostsLost as lost:
+                self.dead.update(lost.hosts)
+                raise
         cpu = torch.device("cpu")
         return [transport.receive(queue, cpu) for queue in queues]
 
