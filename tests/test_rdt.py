@@ -195,7 +195,7 @@ def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypa
     on_ray = run(cfg)
     assert fetched  # the checkpoints held messages whose payloads their senders kept
     pointer = json.loads((on_ray.run_dir / "checkpoint.json").read_text())
-    assert pointer["round"] == 4
+    assert pointer["next_round"] == 4
     partial = on_ray.run_dir.parent / f".{on_ray.run_dir.name}-stopped.partial"
     import shutil
 

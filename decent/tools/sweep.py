@@ -242,6 +242,6 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
         return statuses
     finally:
         if started:
-            import ray
+            from decent.backends.ray.executor import shutdown
 
-            ray.shutdown()
+            shutdown()

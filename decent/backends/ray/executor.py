@@ -20,7 +20,7 @@ import numpy as np
 import ray
 import torch
 
-from decent.backends.ray import direct, transport, warm
+from decent.backends.ray import direct, embedded, transport, warm
 from decent.backends.ray.losses import died, gather
 from decent.backends.ray.memory_plan import (
     Footprint,
@@ -76,7 +76,16 @@ def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
         # (measured on 2 cores). Payloads of 64 KiB or more are object refs regardless.
         _system_config={"max_direct_call_object_size": DIRECT_CALL_BYTES},
     )
+    embedded.watch()  # this driver's Ray dies with it, even on SIGKILL
     return True
+
+
+def shutdown() -> None:
+    """Stop the Ray :func:`connect` started (and its watchdog: a joined cluster has none)."""
+    try:
+        ray.shutdown()
+    finally:
+        embedded.stop()
 
 
 def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
@@ -99,7 +108,7 @@ def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
         thread.join()
     if "error" in box:
         if started:
-            ray.shutdown()
+            shutdown()
         raise box["error"]
     return box["footprint"], started
 
@@ -372,5 +381,5 @@ class RayActors:
         warm.keep(getattr(self, "warm_key", None), alive)
         self.actors = []
         if self.started_ray:
-            ray.shutdown()
+            shutdown()
             self.started_ray = False
