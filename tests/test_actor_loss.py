@@ -163,7 +163,7 @@ def spare_actors(ray_session, tmp_path_factory):
     and kept warm (as many as the tests will take, less those already kept)."""
     from decent.backends.ray import warm
 
-    kept = len(warm._IDLE.get(warm.shape_key(0.0, 0.0), []))
+    kept = warm.idle(warm.shape_key(0.0, 0.0))
     if kept < SPARES:
         out = tmp_path_factory.mktemp("spares")
         engine_for(from_dict({**tiny(out, topology={"name": "ring", "n": 2 * (SPARES - kept)}),

@@ -69,6 +69,11 @@ def keep(key: Hashable | None, hosts: list[Any]) -> int:
     return len(kept)
 
 
+def idle(key: Hashable | None) -> int:
+    """How many warm hosts of shape ``key`` wait for a run."""
+    return len(_IDLE.get(key, [])) if key is not None else 0
+
+
 def drop_all() -> None:
     """Kill every kept host (before this driver shuts its Ray down)."""
     for hosts in _IDLE.values():
