@@ -35,6 +35,12 @@ class Registry:
     def register(self, name: str, config: type, build: Callable[..., Any]) -> None:
         self._entries[name] = Entry(config, build)
 
+    def modules(self) -> set[str]:
+        """The modules the registered components live in (a checkpoint may name their
+        classes: a strategy's state dataclass beside the strategy)."""
+        return {obj.__module__ for e in self._entries.values() for obj in (e.config, e.build)
+                if getattr(obj, "__module__", None)}
+
     @property
     def names(self) -> list[str]:
         return sorted(self._entries)

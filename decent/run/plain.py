@@ -6,13 +6,17 @@ anything else: a pickle planted in a downloaded or shared run directory cannot i
 call what it likes. A client's captured state (:mod:`decent.core.snapshot`) also holds
 classes (a strategy's state dataclass, a message in flight), sets, deques and numpy
 arrays; :func:`encode` turns each into a tagged dict of plain data, and :func:`decode`
-turns them back, looking a class up by name only among decent's own classes.
+turns them back, looking a class up by name only among decent's own classes and those
+of the modules that registered a strategy, task or model in this process (a method
+written outside decent keeps its state dataclass beside it). A stored name never imports
+a module that is not decent's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from collections import deque
 from typing import Any
 
@@ -22,7 +26,20 @@ import torch
 from decent.core.errors import ConfigError
 
 TAG = "__decent__"  # the key that marks an encoded value (a dict with kind and data)
-OWN = "decent."  # the only package a stored class name may come from
+OWN = "decent."  # decent's own package: its modules are imported when a name needs one
+
+
+def registered_modules() -> set[str]:
+    """The modules of the components registered in this process."""
+    from decent.models.registry import MODELS
+    from decent.strategies.registry import STRATEGIES
+    from decent.tasks.registry import TASKS
+
+    return STRATEGIES.modules() | TASKS.modules() | MODELS.modules()
+
+
+def allowed(module: str) -> bool:
+    return module.startswith(OWN) or module in registered_modules()
 
 
 def encode(value: Any) -> Any:
@@ -63,9 +80,10 @@ def encode(value: Any) -> Any:
 
 
 def class_name(cls: type) -> str:
-    if not cls.__module__.startswith(OWN):
-        raise TypeError(f"a checkpoint stores only decent's own classes by name, not "
-                        f"{cls.__module__}.{cls.__qualname__}")
+    if not allowed(cls.__module__):
+        raise TypeError(f"a checkpoint stores classes by name only from decent or from a "
+                        f"module that registered a component, not {cls.__module__}."
+                        f"{cls.__qualname__}: keep that state as tensors and plain data")
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
@@ -120,14 +138,16 @@ def lookup(name: str, source: str) -> type:
     """A class of decent's own by its stored ``module:qualname``; one line for any other
     (a stored name is data: it is never imported from elsewhere)."""
     module, _, qualname = name.partition(":")
-    if not module.startswith(OWN):
-        raise ConfigError("run_dir", f"{source} names the class {name}, which is not "
-                          "decent's own; refusing to load it")
+    if not allowed(module):
+        raise ConfigError("run_dir", f"{source} names the class {name}, which is neither "
+                          "decent's own nor of a registered component; refusing to load it")
     try:
-        found: Any = importlib.import_module(module)
+        # decent's own modules may be imported; any other is one already imported here
+        found: Any = (importlib.import_module(module) if module.startswith(OWN)
+                      else sys.modules[module])
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, KeyError):
         raise ConfigError("run_dir", f"{source} names the class {name}, which this "
                           "version of decent does not have; resume with the version that "
                           "wrote it") from None
