@@ -283,7 +283,7 @@ class RayActors:
                      for i, inbox in inboxes.items()}
         # over RDT, a receiver whose hand-over came from an actor that died fails with
         # it, and is reported lost with it: the run goes back to its checkpoint anyway
-        got, lost = self._gather(calls)
+        got, lost = self._gather(calls, first_loss_ends=self.direct is not None)
         results: dict[int, PhaseResult] = {}
         for i, (outgoing, compute, stats) in got.items():
             if self.direct is not None:
@@ -293,10 +293,11 @@ class RayActors:
             raise HostsLost(lost, results)
         return results
 
-    def _gather(self, calls: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
+    def _gather(self, calls: dict[int, Any], first_loss_ends: bool = False
+                ) -> tuple[dict[int, Any], list[int]]:
         """Each host's result (``calls``: host → its call) and the hosts whose actor died,
         marked dead: never called again."""
-        got, lost = gather(calls)
+        got, lost = gather(calls, first_loss_ends)
         self.dead.update(lost)
         return got, lost
 

@@ -18,18 +18,29 @@ def died(exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.RayActorError) and not exc.actor_init_failed
 
 
-def gather(calls: dict[int, ray.ObjectRef]) -> tuple[dict[int, Any], list[int]]:
+def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
+           ) -> tuple[dict[int, Any], list[int]]:
     """Each host's result (``calls``: host → its call), and the hosts whose actor died.
 
     Every call is waited for, even after a loss: the survivors' work is then done (a
-    phase's results go on) and none is still running when the engine asks again."""
+    phase's results go on) and none is still running when the engine asks again. With
+    ``first_loss_ends`` (over RDT, where a loss always sends the run back to its
+    checkpoint) the first loss ends the wait: a receiver whose hand-over came from the
+    actor that died waits out RDT's 60 s transfer timeout before it fails, and its actor
+    is killed with the others when the run restarts."""
     out: dict[int, Any] = {}
     lost: list[int] = []
-    for host, call in calls.items():
+    pending = {call: host for host, call in calls.items()}
+    while pending:
+        # results as they come (not in host order): a death is seen as soon as it happens
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        host = pending.pop(ready[0])
         try:
-            out[host] = ray.get(call)
+            out[host] = ray.get(ready[0])
         except ray.exceptions.RayActorError as exc:
             if not died(exc):
                 raise
             lost.append(host)
-    return out, lost
+            if first_loss_ends:
+                break
+    return dict(sorted(out.items())), sorted(lost)
