@@ -30,11 +30,14 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# two workers, a test file each at a time (module fixtures stay in one process): the
+# suite waits on Ray's start and its actors' as much as it computes, so on 2 cores it
+# takes ~6 min where one worker took ~8 (each worker starts its own small Ray)
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 bench: install
 	$(PY) benchmarks/backend_overhead.py
