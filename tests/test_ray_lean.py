@@ -157,6 +157,28 @@ def test_a_driver_that_imported_transformers_probes_in_its_own_process(tmp_path,
     assert probe_apart(cfg, build_plan(cfg)) == probe(cfg, build_plan(cfg))
 
 
+@pytest.mark.parametrize(("suicide", "said"), [
+    ("os.kill(os.getpid(), signal.SIGKILL)", "was killed by SIGKILL (out of memory?)"),
+    ("raise MemoryError('no room for the model')", "failed (MemoryError: no room for the "
+                                                   "model)")])
+def test_a_probe_process_that_dies_is_one_line(tmp_path, monkeypatch, suicide, said):
+    """The probe's process killed (as the out-of-memory killer does) or crashed before it
+    wrote its footprint: one line naming ray.memory_plan, not a traceback."""
+    import subprocess
+    import sys
+
+    real = subprocess.run
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: real(
+        [sys.executable, "-c", f"import os, signal; {suicide}"], **kw))
+    cfg = from_dict(lora_lm(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        probe_apart(cfg, build_plan(cfg))
+    assert err.value.field == "ray.memory_plan"
+    assert f"the memory probe process {said} before it measured" in err.value.message
+    assert len(str(err.value).splitlines()) == 1
+
+
 def test_plan_arithmetic_matches_its_formula():
     f = Footprint(model_mb=600.0, frozen_mb=500.0, per_client_mb=4.0, data_mb=20.0)
     groups = placement(100, 25)

@@ -32,6 +32,7 @@ import math
 import os
 import pickle
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -238,13 +239,27 @@ def probe_apart(cfg: RunConfig, plan: RunPlan) -> Footprint:
         box.write_bytes(cloudpickle.dumps((cfg, plan)))
         done = subprocess.run([sys.executable, "-c", "import sys; from decent.backends."
                                "ray.memory_plan import probe_box; probe_box(sys.argv[1])",
-                               str(box)], check=False)
+                               str(box)], check=False, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"the memory probe process exited with {done.returncode}")
+            raise probe_died(done.returncode, done.stderr)
         got = pickle.loads(box.read_bytes())
     if isinstance(got, BaseException):
         raise got
     return got
+
+
+def probe_died(code: int, stderr: str) -> ConfigError:
+    """One line for a probe process that ended without its footprint: killed by a signal
+    (the kernel's out-of-memory killer sends SIGKILL) or crashed (its last line said)."""
+    if code < 0:
+        how = f"was killed by {signal.Signals(-code).name}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+    else:
+        last = (stderr.strip().splitlines() or ["no message"])[-1]
+        how, hint = f"failed ({last})", ""
+    return ConfigError("ray.memory_plan", f"the memory probe process {how}{hint} before "
+                       "it measured the run; free memory, or set ray.memory_plan=false to "
+                       "run without the plan")
 
 
 def probe_box(path: str) -> None:
