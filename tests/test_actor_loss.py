@@ -216,7 +216,7 @@ def test_an_actor_lost_in_any_call_goes_through_on_actor_death(
 
 
 def test_an_actor_lost_while_the_actors_start_builds_them_again(
-        tmp_path, spare_actors, monkeypatch):
+        tmp_path, spare_actors, monkeypatch, capsys):
     """No engine yet to go on with: ActorLost, and the runner builds it again (under
     churn too), the run then the run that lost nothing."""
     import ray
@@ -240,5 +240,10 @@ def test_an_actor_lost_while_the_actors_start_builds_them_again(
     monkeypatch.setattr(runner, "make_engine", lambda *a: capture(build(*a), vectors))
     result = run(on_ray(raw, "evaluate", "churn"))
     assert killed and steady(result.rows) == reference
+    said = [line for line in capsys.readouterr().out.splitlines() if "restart" in line]
+    assert len(said) == 1, said
+    assert said[0].startswith("restart 1 of at most 3: an actor died while the run's actors "
+                              "started (") and said[0].endswith("; starting its actors again")
+    assert result.summary["restarts"] == 1
     for cid, vec in ref_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)

@@ -144,21 +144,25 @@ class Rounds:
         if engine is not None:
             self.slot = Slot(engine)
         else:
-            self.slot = Slot(self.build("while its actors started"))
+            self.slot = Slot(self.build())
 
-    def build(self, when: str) -> Engine:
+    def build(self) -> Engine:
         """A new engine; an actor lost while it starts is a restart like any other."""
         while True:
             try:
                 return make_engine(self.cfg, self.plan)
             except ActorLost as lost:
-                self.count_restart(f"{lost} ({when})")
+                self.count_restart(str(lost), "starting its actors again")
 
-    def count_restart(self, cause: str) -> None:
+    def count_restart(self, cause: str, then: str) -> None:
+        """One restart more, said in one line (``cause``; ``then``: what it does now); one
+        line naming ray.max_restarts when there were too many."""
         self.restarts += 1
         if self.restarts > self.cfg.ray.max_restarts:
             raise ConfigError("ray.max_restarts", f"{cause}; restarted "
                               f"{self.cfg.ray.max_restarts} times already") from None
+        print(f"restart {self.restarts} of at most {self.cfg.ray.max_restarts}: {cause}; "
+              f"{then}", flush=True)
 
     def go_back(self, rd: RunDir, chosen: checkpoint.Committed | None,
                 ) -> list[dict[str, Any]]:
@@ -172,22 +176,21 @@ class Rounds:
                     return []
                 return rewind(rd, self.slot.engine, chosen)
             except ActorLost as lost:
-                self.count_restart(f"{lost} (while its checkpoint loaded)")
+                self.count_restart(f"{lost} (while its checkpoint loaded)",
+                                   "loading it again on new actors")
                 self.slot.close()
-                self.slot.engine = self.build("while its actors restarted")
+                self.slot.engine = self.build()
 
     def restart(self, rd: RunDir, round_: int, cause: ActorLost) -> tuple[int, list]:
         """Back to the last committed checkpoint (or the start) on a new engine: the round
         to run next and the rows before it. Said in one line."""
         assert self.slot is not None
-        self.count_restart(str(cause))
-        self.slot.close()
-        self.slot.engine = self.build("while its actors restarted")
         chosen = (checkpoint.select(rd.path, say=lambda _: None)[0]
                   if (rd.path / checkpoint.POINTER).is_file() else None)
         where = "the start" if chosen is None else f"{chosen.dir.name}"
-        print(f"restart {self.restarts} of at most {self.cfg.ray.max_restarts}: round "
-              f"{round_}: {cause}; back to {where}", flush=True)
+        self.count_restart(f"round {round_}: {cause}", f"back to {where}")
+        self.slot.close()
+        self.slot.engine = self.build()
         rows = self.go_back(rd, chosen)
         return (0 if chosen is None else chosen.next_round), rows
 
