@@ -77,20 +77,27 @@ def limit_file_size(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
+def run_limited(tmp_path: Path, cfg: dict, limit: int) -> str:
+    """`decent run` of ``cfg`` in a child whose files may not grow past ``limit`` bytes;
+    its one line on stderr (exit 2 asserted)."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    decent = Path(sys.executable).parent / "decent"
+    proc = subprocess.run([str(decent), "run", str(path)], capture_output=True, text=True,
+                          preexec_fn=lambda: limit_file_size(limit),
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
 def test_a_file_size_limit_reached_mid_run_is_one_line(tmp_path, capsys):
     """A child `decent run` under RLIMIT_FSIZE=20 000 bytes: each checkpoint file (18 KB)
     fits, metrics.jsonl (~580 bytes a row) outgrows it near round 34. One line naming
     metrics.jsonl, exit 2; the checkpoint of round 30 verifies and the run resumes whole."""
     cfg = tiny(tmp_path, rounds=40, topology={"name": "ring", "n": 4},
                checkpoint={"every": 10}, eval={"every": 1, "per_client": True})
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    decent = Path(sys.executable).parent / "decent"
-    proc = subprocess.run([str(decent), "run", str(path)], capture_output=True, text=True,
-                          preexec_fn=lambda: limit_file_size(20_000),
-                          cwd=Path(__file__).resolve().parents[1], timeout=300)
-    err = proc.stderr.strip()
-    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    err = run_limited(tmp_path, cfg, 20_000)
     assert "metrics.jsonl" in err and "File too large" in err, err
     failed = failed_dir(tmp_path / "runs")
     chosen, _ = checkpoint.select(failed)
@@ -104,14 +111,7 @@ def test_a_checkpoint_file_past_the_size_limit_is_one_line_naming_it(tmp_path):
     and no half-written checkpoint folder left."""
     cfg = tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 4},
                checkpoint={"every": 2}, eval={"every": 1, "per_client": False})
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    decent = Path(sys.executable).parent / "decent"
-    proc = subprocess.run([str(decent), "run", str(path)], capture_output=True, text=True,
-                          preexec_fn=lambda: limit_file_size(10_000),
-                          cwd=Path(__file__).resolve().parents[1], timeout=300)
-    err = proc.stderr.strip()
-    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    err = run_limited(tmp_path, cfg, 10_000)
     assert ".checkpoint-000002.tmp/clients/0.pt: File too large" in err, err
     failed = failed_dir(tmp_path / "runs")
     assert not list(failed.glob("*checkpoint*"))
