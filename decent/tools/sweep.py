@@ -213,7 +213,7 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
     """Run ``trials`` with Ray Tune; each one's final status."""
     from ray import tune
 
-    from decent.backends.ray.executor import connect
+    from decent.backends.ray.session import connect
     from decent.engine.config import to_dict
 
     started = connect(base.ray)
@@ -242,6 +242,6 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
         return statuses
     finally:
         if started:
-            from decent.backends.ray.executor import shutdown
+            from decent.backends.ray.session import shutdown
 
             shutdown()

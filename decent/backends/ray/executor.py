@@ -11,7 +11,6 @@ returns its outbox, its compute times and its statistics."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import ray
 import torch
 
-from decent.backends.ray import direct, embedded, transport, warm
+from decent.backends.ray import direct, transport, warm
 from decent.backends.ray.losses import died, gather
 from decent.backends.ray.memory_plan import (
     Footprint,
@@ -33,59 +32,13 @@ from decent.backends.ray.memory_plan import (
     process_memory_mb,
 )
 from decent.backends.ray.placement import groups_for
+from decent.backends.ray.session import connect, shutdown
 from decent.core.errors import ActorLost, ConfigError, HostsLost
 from decent.core.messages import Message
-from decent.engine.config import RayConfig, RunConfig
+from decent.engine.config import RunConfig
 from decent.engine.executor import Inboxes, PhaseResult
 from decent.engine.plan import RunPlan
 from decent.network.membership import RoundMembers
-
-# Embedded (laptop) Ray: keep its traffic on 127.0.0.1, send no usage statistics, and do
-# not turn on token auth (which would also write ~/.ray/auth_token and so switch auth on
-# for every later `ray start` on this machine). Never applied when joining a cluster.
-LOCAL_RAY_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
-}
-
-
-DIRECT_CALL_BYTES = 1 << 20
-
-
-def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
-    """Attach to Ray; True if this call started it (and so should shut it down).
-
-    With no address and no ``RAY_ADDRESS`` (which ``ray job submit`` sets) an embedded
-    single-machine Ray is started, without dashboard, with an object store of
-    ``store_mb`` (default ``ray.object_store_mb``)."""
-    if ray.is_initialized():
-        return False
-    address = rc.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-        return True
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
-    ray.init(
-        num_cpus=rc.num_cpus or os.cpu_count(),
-        include_dashboard=False,
-        object_store_memory=(store_mb or rc.object_store_mb) * 2**20,
-        # arguments and results up to 1 MiB go inline with the call instead of through the
-        # object store: an inbox bundle of a few hundred KB is then ~3 ms faster per call
-        # (measured on 2 cores). Payloads of 64 KiB or more are object refs regardless.
-        _system_config={"max_direct_call_object_size": DIRECT_CALL_BYTES},
-    )
-    embedded.watch()  # this driver's Ray dies with it, even on SIGKILL
-    return True
-
-
-def shutdown() -> None:
-    """Stop the Ray :func:`connect` started (and its watchdog: a joined cluster has none)."""
-    try:
-        ray.shutdown()
-    finally:
-        embedded.stop()
 
 
 def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
