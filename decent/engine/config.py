@@ -99,6 +99,10 @@ class RayConfig:
     # what one node may use, in MB; None: the memory available when the run starts
     # (embedded Ray) or the smallest node's memory resource (a cluster)
     node_memory_mb: int | None = at_least(1, None, nullable=True)
+    # on a cluster of several nodes, how the actors' placement group lays them out: one
+    # bundle per actor, spread over the nodes (best effort), packed onto few, or strictly
+    # one per node; a single node needs no placement group
+    placement: str = one_of(("spread", "pack", "strict_spread"), "spread")
     # 0: no CPU reservation (fractions above the core count hang)
     num_cpus_per_actor: float = at_least(0, 0.0)
     num_gpus_per_actor: float = at_least(0, 0.0)  # > 0: the actor's clients run on cuda

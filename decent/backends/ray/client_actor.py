@@ -64,6 +64,10 @@ class ClientHost:
         release_freed_memory()
         return True
 
+    def node_id(self) -> str:
+        """The node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
+
     def compute_charge(self) -> dict[str, Any]:
         """The FLOPs per step its clock charges and their source (the same in every actor)."""
         return self.group.clock.record()

@@ -19,7 +19,7 @@ import numpy as np
 import ray
 import torch
 
-from decent.backends.ray import direct, transport, warm
+from decent.backends.ray import direct, spread, transport, warm
 from decent.backends.ray.losses import died, gather
 from decent.backends.ray.memory_plan import (
     Footprint,
@@ -115,7 +115,8 @@ class RayActors:
                                                        lambda: connect(rc, store_mb))
         else:
             self.started_ray = connect(rc, store_mb)
-        self.groups = groups_for(cfg, ray.cluster_resources())
+        nodes = spread.live_nodes()
+        self.groups = groups_for(cfg, ray.cluster_resources(), nodes)
         self.host_of = {cid: i for i, cids in enumerate(self.groups) for cid in cids}
         share = shares_frozen_weights(cfg, len(self.groups))
         if footprint is not None:
@@ -142,17 +143,27 @@ class RayActors:
                 raise
         gpu = rc.num_gpus_per_actor > 0
         wanted = direct.requested(rc)  # an RDT transport, or None: the object store
-        actor = (ClientActor if wanted is None else DirectClientActor).options(
-            num_cpus=rc.num_cpus_per_actor, num_gpus=rc.num_gpus_per_actor)
-        # warm hosts from this driver's earlier runs, where Ray outlives this run
+        actor_class = ClientActor if wanted is None else DirectClientActor
+        resources = {"num_cpus": rc.num_cpus_per_actor, "num_gpus": rc.num_gpus_per_actor}
+        # on several nodes, a bundle per actor reserved where ray.placement says
+        self.actors = []
+        try:
+            self.group = spread.place(rc, len(self.groups), nodes)
+        except ConfigError:
+            self.close()
+            raise
+        # warm hosts from this driver's earlier runs, where Ray outlives this run (never
+        # in a placement group: it goes with the run)
         self.warm_key = (warm.shape_key(rc.num_cpus_per_actor, rc.num_gpus_per_actor)
                          if rc.reuse_actors and wanted is None and not self.started_ray
-                         else None)
+                         and self.group is None else None)
 
         started: list[Any] = []  # what to wait on: each host's set-up
 
         def host(*setup: Any, **kw: Any) -> Any:
-            handle, setting_up = warm.start(self.warm_key, lambda: actor.remote(*setup, **kw),
+            placed = actor_class.options(**resources,
+                                         **spread.scheduling(self.group, kw["index"]))
+            handle, setting_up = warm.start(self.warm_key, lambda: placed.remote(*setup, **kw),
                                             *setup, **kw)
             started.append(setting_up)
             return handle
@@ -197,6 +208,11 @@ class RayActors:
                 raise ActorLost(f"an actor died while the run's actors started ({reason})"
                                 ) from exc
             raise
+        try:
+            where = ray.get([a.node_id.remote() for a in self.actors])
+        except ray.exceptions.RayActorError as exc:
+            self.close()
+            raise ActorLost(f"an actor died while the run's actors started ({exc})") from None
         sizes = sorted(len(g) for g in self.groups)
         # what the run summary records of how the run was laid out on Ray
         self.layout: dict[str, Any] = {
@@ -205,6 +221,11 @@ class RayActors:
                                       else f"{sizes[0]}-{sizes[-1]}"),
             "ray_payload_path": "object store" if self.direct is None else self.direct.path,
             "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
+            # how many nodes host actors, and each actor's node and clients
+            "ray_nodes": len(set(where)),
+            "ray_actor_nodes": {str(k): {"node": node, "clients": cids}
+                                for k, (node, cids) in enumerate(zip(where, self.groups,
+                                                                     strict=True))},
         }
 
     @property
@@ -334,6 +355,8 @@ class RayActors:
             ray.kill(self.actors[i])
         warm.keep(getattr(self, "warm_key", None), alive)
         self.actors = []
+        spread.release(getattr(self, "group", None))
+        self.group = None
         if self.started_ray:
             shutdown()
             self.started_ray = False

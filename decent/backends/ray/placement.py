@@ -39,12 +39,28 @@ def actor_slots(rc: RayConfig, resources: dict[str, float]) -> int:
     return max(1, int(slots + 1e-9))
 
 
-def groups_for(cfg: RunConfig, resources: dict[str, float]) -> list[list[int]]:
+def node_slots(rc: RayConfig, nodes: list[dict[str, float]]) -> int:
+    """The actor slots of a cluster counted node by node (nodes are not assumed equal: a
+    slot is whole on one node): Σ ⌊GPUs ÷ num_gpus_per_actor⌋ when actors take GPUs, else
+    Σ ⌊CPUs ÷ num_cpus_per_actor⌋ (one CPU per actor when they reserve none)."""
+    if rc.num_gpus_per_actor > 0:
+        slots = sum(int(n.get("GPU", 0.0) / rc.num_gpus_per_actor + 1e-9) for n in nodes)
+    else:
+        per = rc.num_cpus_per_actor or 1.0
+        slots = sum(int(n.get("CPU", 0.0) / per + 1e-9) for n in nodes)
+    return max(1, slots)
+
+
+def groups_for(cfg: RunConfig, resources: dict[str, float],
+               nodes: list[dict[str, float]] | None = None) -> list[list[int]]:
     """The clients of each actor, the one rule for ``ray.clients_per_actor``: a number k
     gives contiguous groups of k; ``auto`` splits the clients evenly over
     ``ray.actor_slots`` actors (a sweep's share of the cluster for one trial) or, unset,
-    over the actor slots ``resources`` (the cluster's) has — never more than clients."""
+    over the actor slots the cluster has — counted per node when ``nodes`` (each live
+    node's resources) are given, else from the totals ``resources`` — never more than
+    clients."""
     rc = cfg.ray
     if rc.clients_per_actor != "auto":
         return placement(cfg.n, int(rc.clients_per_actor))
-    return balanced(cfg.n, rc.actor_slots or actor_slots(rc, resources))
+    slots = node_slots(rc, nodes) if nodes else actor_slots(rc, resources)
+    return balanced(cfg.n, rc.actor_slots or slots)

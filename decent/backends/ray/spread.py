@@ -1,0 +1,110 @@
+"""Where a run's actors live on a cluster of several nodes: a placement group of one
+bundle per actor, laid out by ``ray.placement`` (``spread`` over the nodes, ``pack`` onto
+few, ``strict_spread``: one per node).
+
+An actor that reserves nothing (``num_cpus_per_actor: 0``, the default) could otherwise
+land anywhere, and Ray packs such actors onto one node; a bundle reserves what the actor
+really uses — its GPU share and CPUs, or one CPU when it reserves none — so the actors
+spread. Where fixed-size groups ask for more actors than the nodes have CPUs, a bundle
+reserves a share small enough that each node can take its turn. A single node (an
+embedded Ray, a laptop) needs no placement group, and a Tune trial runs inside its own."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ray
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from decent.core.errors import ConfigError
+from decent.engine.config import RayConfig
+
+STRATEGIES = {"spread": "SPREAD", "pack": "PACK", "strict_spread": "STRICT_SPREAD"}
+# how long the cluster may take to reserve the bundles (an autoscaler adding a node
+# takes minutes; a cluster that can never hold them is refused after this)
+PLACE_TIMEOUT_S = 60.0
+
+
+def live_nodes() -> list[dict[str, float]]:
+    """Each live node's resources (its id under ``"node"``)."""
+    return [{**node["Resources"], "node": node["NodeID"]} for node in ray.nodes()
+            if node["Alive"]]
+
+
+def hosts_actors(rc: RayConfig, node: dict[str, Any]) -> bool:
+    if rc.num_gpus_per_actor > 0:
+        return node.get("GPU", 0.0) >= rc.num_gpus_per_actor
+    return node.get("CPU", 0.0) > 0
+
+
+def bundle(rc: RayConfig, actors: int, nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """What one actor's bundle reserves."""
+    cpu = rc.num_cpus_per_actor or 1.0
+    if rc.num_gpus_per_actor > 0:
+        return {"GPU": rc.num_gpus_per_actor} | ({"CPU": rc.num_cpus_per_actor}
+                                                 if rc.num_cpus_per_actor else {})
+    cpus = [n["CPU"] for n in nodes if hosts_actors(rc, n)]
+    if not rc.num_cpus_per_actor and cpus:
+        # reserving nothing: at most the share each node has for its turn of the actors
+        # (Ray counts resources in units of 1e-4)
+        share = min(cpus) / math.ceil(actors / len(cpus))
+        cpu = min(cpu, math.floor(share * 1e4) / 1e4)
+    return {"CPU": cpu}
+
+
+def place(rc: RayConfig, actors: int, nodes: list[dict[str, Any]]) -> PlacementGroup | None:
+    """The placement group of ``actors`` bundles, reserved; None where one is not needed
+    (a single node that hosts actors, or a Tune trial's own group). One line naming
+    ``ray.placement`` if the cluster cannot hold them."""
+    if ray.get_runtime_context().get_placement_group_id() is not None:
+        return None  # a Tune trial: its actors are scheduled in the trial's group
+    hosting = [n for n in nodes if hosts_actors(rc, n)]
+    if len(hosting) < 2 and rc.placement != "strict_spread":
+        return None
+    one = bundle(rc, actors, nodes)
+    fit = [min(int(n.get(k, 0.0) / v + 1e-9) for k, v in one.items()) for n in hosting]
+    room = sum(min(f, 1) for f in fit) if rc.placement == "strict_spread" else sum(fit)
+    if room < actors:  # never, on these nodes: said now rather than after a wait
+        raise cannot_place(rc, actors, one, hosting, "")
+    group = placement_group([dict(one) for _ in range(actors)],
+                            strategy=STRATEGIES[rc.placement])
+    if not group.wait(timeout_seconds=PLACE_TIMEOUT_S):
+        remove_placement_group(group)
+        raise cannot_place(rc, actors, one, hosting, f" within {PLACE_TIMEOUT_S:g} s")
+    return group
+
+
+def cannot_place(rc: RayConfig, actors: int, one: dict[str, float],
+                 hosting: list[dict[str, Any]], when: str) -> ConfigError:
+    have = ", ".join(f"{n.get('CPU', 0):g} CPU" + (f" {n['GPU']:g} GPU" if n.get("GPU")
+                                                    else "") for n in hosting)
+    return ConfigError("ray.placement", f"the cluster cannot place {actors} actors of "
+                       f"{one} {rc.placement} over its nodes ({have or 'none'}){when}: use "
+                       "fewer or smaller actors (ray.clients_per_actor, "
+                       "ray.num_cpus_per_actor), another ray.placement, or more nodes")
+
+
+def scheduling(group: PlacementGroup | None, index: int) -> dict[str, Any]:
+    """The ``.options`` that put actor ``index`` in its bundle (none without a group)."""
+    if group is None:
+        return {}
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
+        group, placement_group_bundle_index=index)}
+
+
+def bundle_nodes(group: PlacementGroup) -> list[str]:
+    """The node each bundle was reserved on, by bundle index."""
+    table = placement_group_table(group)["bundles_to_node_id"]
+    return [table[k] for k in sorted(table)]
+
+
+def release(group: PlacementGroup | None) -> None:
+    if group is not None:
+        remove_placement_group(group)
