@@ -60,7 +60,9 @@ def main(out: Path) -> None:
         spread = run(on_ray("spread"))
         found["spread"] = {"ray_nodes": spread.summary["ray_nodes"],
                            "actor_nodes": spread.summary["ray_actor_nodes"],
-                           "equal_to_local": steady(spread.rows) == steady(local.rows)}
+                           "equal_to_local": steady(spread.rows) == steady(local.rows),
+                           "bytes_total": spread.summary["bytes_total"],
+                           "bytes_cross_node": spread.summary["bytes_cross_node"]}
         for how in ("pack", "spread"):
             result = run(on_ray(how + "-half", placement=how, num_cpus_per_actor=0.5,
                                 clients_per_actor=2))
@@ -92,7 +94,8 @@ def main(out: Path) -> None:
                 "restarts": result.summary["restarts"],
                 "live_clients": [r.get("live_clients") for r in result.rows],
                 "equal_to_local": steady(result.rows) == steady(local.rows),
-                "lost_clients": lost}
+                "lost_clients": lost, "removed": removed,
+                "actor_losses": result.summary.get("actor_losses")}
             workers.append(cluster.add_node(**node))  # the next run has two workers again
     finally:
         ray.shutdown()

@@ -34,6 +34,9 @@ def test_actors_spread_over_both_worker_nodes_and_equal_the_local_run(bed):
     assert sorted(c for a in spread["actor_nodes"].values() for c in a["clients"]) == \
         [0, 1, 2, 3]
     assert spread["equal_to_local"]
+    # a ring of 4 over 2 nodes: 4 of its 8 directed edges join the nodes, and every DSGD
+    # message has the same size, so half the bytes cross
+    assert spread["bytes_cross_node"] * 2 == spread["bytes_total"] > 0
 
 
 @pytest.mark.slow
@@ -56,5 +59,10 @@ def test_a_worker_node_removed_mid_run_is_survived_under_each_policy(bed):
     lost_at = next(k for k, n in enumerate(churn["live_clients"]) if n is not None)
     assert lost_at >= 6 and churn["live_clients"][lost_at:] == [2] * (12 - lost_at)
     assert churn["restarts"] == 0 and not churn["equal_to_local"]
+    assert churn["actor_losses"] == [{"round": lost_at, "clients": churn["lost_clients"][0],
+                                      "node": churn["removed"][0], "then": "crash"}]
     # restart: back to the checkpoint of round 4 on the node left, the local run exactly
     assert restart["restarts"] == 1 and restart["equal_to_local"]
+    (loss,) = restart["actor_losses"]
+    assert loss["then"] == "restart" and loss["node"] == restart["removed"][0]
+    assert loss["round"] >= 6

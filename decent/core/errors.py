@@ -31,7 +31,13 @@ class StrategyError(RuntimeError):
 
 class ActorLost(RuntimeError):
     """A process hosting clients died, and the run asked to restart from its last
-    checkpoint rather than go on without them (``ray.on_actor_death: restart``)."""
+    checkpoint rather than go on without them (``ray.on_actor_death: restart``).
+    ``loss``: the round, the clients and the node of the loss, where the engine knew them
+    (for the summary's ``actor_losses``)."""
+
+    def __init__(self, message: str, loss: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.loss = loss
 
 
 class HostsLost(RuntimeError):

@@ -55,6 +55,13 @@ class Engine:
         # the round running, or the last one run (-1: none yet): a host lost between
         # rounds (evaluating, saving) is lost in the round just run
         self.current_round = -1
+        # each host lost for real: round, clients, node (the summary's actor_losses)
+        self.losses: list[dict[str, Any]] = []
+        # each client's node where the executor spans nodes (Ray), for the bytes of
+        # messages that crossed from one node to another (never those within a node)
+        placed = executor.layout.get("ray_actor_nodes", {})
+        self.node_of = {cid: a["node"] for a in placed.values() for cid in a["clients"]}
+        self.bytes_cross_node = 0
 
     # ------------------------------------------------------------------ the round
     def run_round(self, round_: int) -> tuple[dict[int, dict[str, Stat]], RoundTraffic]:
@@ -76,6 +83,10 @@ class Engine:
                     self.lose(host, round_, inbox)
                     continue
                 self.router.post(round_, phase, result.outgoing, result.compute)
+                if self.node_of:
+                    self.bytes_cross_node += sum(
+                        m.nbytes for m in result.outgoing
+                        if self.node_of[m.src] != self.node_of[m.dst])
                 for cid, recorded in result.stats.items():
                     stats.setdefault(cid, {}).update(recorded)
             self.router.advance()
@@ -127,8 +138,12 @@ class Engine:
         and never read: it goes back to its senders."""
         clients = self.executor.groups[host]
         when = f"in round {round_}" if round_ >= 0 else "before the first round"
+        placed = self.executor.layout.get("ray_actor_nodes", {}).get(str(host), {})
+        loss = {"round": round_, "clients": list(clients), "node": placed.get("node")}
         if self.cfg.ray.on_actor_death == "restart" or not self.executor.survives_loss:
-            raise ActorLost(f"the actor hosting clients {clients} died {when}")
+            raise ActorLost(f"the actor hosting clients {clients} died {when}",
+                            {**loss, "then": "restart"})
+        self.losses.append({**loss, "then": "crash"})
         self.dead.add(host)
         if not self.live():  # nobody left to go on with: back to the checkpoint
             raise ActorLost(f"every actor of the run has died (the last {when})")

@@ -140,6 +140,8 @@ class Rounds:
     def __init__(self, cfg: RunConfig, plan: RunPlan, engine: Engine | None) -> None:
         self.cfg, self.plan = cfg, plan
         self.restarts = 0
+        self.losses: list[dict[str, Any]] = []  # the actor losses that restarted the run
+        self.cross_node_before = 0  # bytes between nodes sent by engines a restart replaced
         self.slot: Slot | None = None
         if engine is not None:
             self.slot = Slot(engine)
@@ -189,6 +191,11 @@ class Rounds:
                   if (rd.path / checkpoint.POINTER).is_file() else None)
         where = "the start" if chosen is None else f"{chosen.dir.name}"
         self.count_restart(f"round {round_}: {cause}", f"back to {where}")
+        if cause.loss is not None:
+            self.losses.append(cause.loss)
+        # what crossed between nodes before the restart crossed for real (rounds run again
+        # cross again)
+        self.cross_node_before += self.slot.engine.bytes_cross_node
         self.slot.close()
         self.slot.engine = self.build()
         rows = self.go_back(rd, chosen)
@@ -239,6 +246,12 @@ class Rounds:
                                 rd.run_id)
             summary.update(restarts=segment.total_restarts(),
                            segments_wall_s=segment.walls())
+            losses = self.losses + slot.engine.losses
+            if losses:  # in this segment: round, clients, node, crash or restart
+                summary["actor_losses"] = sorted(losses, key=lambda x: x["round"])
+            if slot.engine.node_of:  # wire bytes between clients on different nodes
+                summary["bytes_cross_node"] = (self.cross_node_before
+                                               + slot.engine.bytes_cross_node)
             # bytes per directed edge over the run, for `decent report`'s heat map
             rd.write_json("edges.json", {f"{i}-{j}": b for (i, j), b in
                                          sorted(slot.engine.edge_bytes_total().items())})
