@@ -32,8 +32,43 @@ def steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def config(out: Path, name: str, **sections: Any) -> dict[str, Any]:
     from tests.helpers import tiny
 
-    return tiny(out / name, rounds=12, topology={"name": "ring", "n": 4},
-                checkpoint={"every": 4}, eval={"every": 4, "per_client": False}, **sections)
+    return tiny(out / name, **{"rounds": 12, "topology": {"name": "ring", "n": 4},
+                               "checkpoint": {"every": 4},
+                               "eval": {"every": 4, "per_client": False}, **sections})
+
+
+def frozen_copies(out: Path) -> dict[str, Any]:
+    """A LoRA language model's frozen base shared by 4 actors, 2 on each worker: which
+    nodes hold a copy of it in their object store while the actors run (Ray copies an
+    object to a node on its first get there; the actors of a node map that copy)."""
+    import ray
+    from ray.experimental import get_object_locations
+
+    from decent.engine.config import from_dict
+    from decent.run.runner import check, make_engine
+
+    lora = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+            "target_modules": ["q_proj", "v_proj"]}
+    cfg = from_dict(config(out, "frozen", rounds=1, backend="ray",
+                           strategy={"name": "dsgd", "local_steps": 1, "batch_size": 4,
+                                     "lr": 0.05},
+                           task={"name": "lm", "corpus": "shakespeare", "seq_len": 32,
+                                 "max_tokens": 20_000, "max_eval_sequences": 8},
+                           model={"name": "causal_lm", "path": "tiny-llama", "lora": lora},
+                           ray={"reuse_actors": False, "clients_per_actor": 1,
+                                "num_cpus_per_actor": 0.5}))
+    engine = make_engine(cfg, check(cfg))
+    try:
+        engine.run_round(0)
+        ref = engine.executor.frozen
+        actor_nodes = sorted(a["node"] for a in engine.layout["ray_actor_nodes"].values())
+        held = get_object_locations([ref])[ref]["node_ids"]
+        workers = {n["NodeID"] for n in ray.nodes() if n["Alive"]
+                   and n["Resources"].get("CPU", 0) > 0}
+        return {"actor_nodes": actor_nodes, "copies_on_workers": sorted(
+            n for n in held if n in workers), "workers": sorted(workers)}
+    finally:
+        engine.close()
 
 
 def main(out: Path) -> None:
@@ -71,6 +106,7 @@ def main(out: Path) -> None:
             run(on_ray("strict", placement="strict_spread", clients_per_actor=1))
         except ConfigError as exc:
             found["strict_spread_3_of_2"] = str(exc)
+        found["frozen"] = frozen_copies(out)
         for policy in ("churn", "restart"):
             runs = out / f"lose-{policy}"
             removed: list[str] = []

@@ -50,6 +50,15 @@ def test_pack_and_spread_lay_out_half_cpu_actors_and_strict_spread_refuses(bed):
 
 
 @pytest.mark.slow
+def test_shared_frozen_weights_are_one_copy_per_node(bed):
+    """4 LoRA actors, 2 on each worker, share one frozen base: each worker's object store
+    holds exactly one copy, which its two actors map."""
+    frozen = bed["frozen"]
+    assert frozen["actor_nodes"] == sorted(frozen["workers"] * 2)
+    assert frozen["copies_on_workers"] == frozen["workers"]
+
+
+@pytest.mark.slow
 def test_a_worker_node_removed_mid_run_is_survived_under_each_policy(bed):
     """Removed once round 6 is logged (checkpoints every 4 rounds)."""
     churn, restart = bed["lose_churn"], bed["lose_restart"]
