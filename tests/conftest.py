@@ -18,6 +18,20 @@ os.environ.pop("RAY_ADDRESS", None)
 
 
 
+# The longest test files, started first: with two workers taking a file at a time, a long
+# file that starts last keeps one worker busy after the other has finished.
+LONGEST_FIRST = ("test_multinode.py", "test_actor_loss.py", "test_rdt.py",
+                 "test_ray_lean.py", "test_llm_tasks.py", "test_cluster_job.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's own order is kept
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One embedded Ray for every test that needs it, shut down at the end."""

@@ -33,7 +33,7 @@ mode = sys.argv[1]
 if mode == "join":
     ray.init(address=sys.argv[2])
 else:
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
              object_store_memory=512 * 2**20,
              _system_config={"max_direct_call_object_size": 1 << 20})
 embedded.watch()
