@@ -6,7 +6,9 @@ checkpoint verifies and `decent resume` ends as the run that never stopped."""
 from __future__ import annotations
 
 import errno
+import json
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +21,7 @@ from decent.run import checkpoint
 from decent.run.runner import run
 from decent.tools.cli import main
 from tests.helpers import WrapsBackend, engine_for, tiny
-
-STEADY = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
+from tests.test_checkpoint import steady
 
 
 def failed_dir(out: Path) -> Path:
@@ -35,9 +36,9 @@ def resume_equals(capsys, failed: Path, cfg: dict) -> None:
     final = failed.with_name(failed.name[:-len(".failed")])
     reference = run(from_dict({**cfg, "tracking": {**cfg["tracking"],
                                                    "out_dir": str(failed.parent / "ref")}}))
-    rows = [__import__("json").loads(line)
+    rows = [json.loads(line)
             for line in (final / "metrics.jsonl").read_text().splitlines()]
-    assert STEADY(rows) == STEADY(reference.rows)
+    assert steady(rows) == steady(reference.rows)
 
 
 def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(tmp_path, capsys,
@@ -126,7 +127,7 @@ class RemovesItsRunDir(WrapsBackend):
     def run_round(self, r: int):
         if r == self.round:
             (partial,) = Path(self.backend.cfg.tracking.out_dir).glob(".*.partial")
-            __import__("shutil").rmtree(partial)
+            shutil.rmtree(partial)
             if self.replace:
                 partial.mkdir()
         return self.backend.run_round(r)

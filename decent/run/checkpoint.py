@@ -190,12 +190,14 @@ def sha256_file(path: Path) -> str:
 def metrics_prefix(path: Path, rows: int | None = None) -> tuple[int, str]:
     """How many whole rows ``metrics.jsonl`` has (or the first ``rows``), and the SHA-256
     of their bytes."""
-    data = path.read_bytes() if path.is_file() else b""
-    lines = data.splitlines(keepends=True)
-    whole = [line for line in lines if line.endswith(b"\n")]
-    if rows is not None:
-        whole = whole[:rows]
+    whole = whole_rows(path)[:rows]
     return len(whole), hashlib.sha256(b"".join(whole)).hexdigest()
+
+
+def whole_rows(path: Path) -> list[bytes]:
+    """The lines of ``metrics.jsonl`` that were written whole (a kill can cut the last)."""
+    data = path.read_bytes() if path.is_file() else b""
+    return [line for line in data.splitlines(keepends=True) if line.endswith(b"\n")]
 
 
 # ---------------------------------------------------------------------- checking
@@ -287,19 +289,31 @@ def select(run_dir: Path, from_previous: bool = False,
         raise ConfigError("run_dir", f"{run_dir}: no checkpoint verifies; the run has to "
                           "be run again")
     info = read_pointer(run_dir)
-    name = info.get("dir", "")
-    if not (run_dir / name).is_dir() or not name.startswith(PREFIX):
-        raise ConfigError("run_dir", f"{run_dir / POINTER} names the checkpoint folder "
-                          f"{name!r}, which is missing{previous_hint(run_dir, rounds)}")
-    found = problems(run_dir, name)
-    if not found and manifest_of(run_dir, int(name[len(PREFIX):]))["next_round"] != \
-            info.get("next_round"):
-        found = [f"{run_dir / POINTER}: says round {info.get('next_round')}, the "
-                 f"checkpoint it names was written at another"]
+    found = named_problems(run_dir, info)
+    name = str(info.get("dir", ""))
     if found:
         older = [r for r in rounds if folder_name(r) != name]
         raise ConfigError("run_dir", found[0] + previous_hint(run_dir, older))
-    return Committed(run_dir / name, manifest_of(run_dir, int(name[len(PREFIX):]))), info
+    return Committed(run_dir / name, manifest_of(run_dir, round_of(name))), info
+
+
+def named_problems(run_dir: Path, info: dict[str, Any]) -> list[str]:
+    """What is wrong with the checkpoint ``checkpoint.json`` (``info``) names: a folder
+    that is missing, the folder's own problems, or a round other than the checkpoint's."""
+    name = str(info.get("dir", ""))
+    if not name.startswith(PREFIX) or not (run_dir / name).is_dir():
+        return [f"{run_dir / POINTER} names the checkpoint folder {name!r}, which is "
+                "missing"]
+    found = problems(run_dir, name)
+    if not found and manifest_of(run_dir, round_of(name))["next_round"] != \
+            info.get("next_round"):
+        found = [f"{run_dir / POINTER}: says round {info.get('next_round')}, the "
+                 "checkpoint it names was written at another"]
+    return found
+
+
+def round_of(name: str) -> int:
+    return int(name[len(PREFIX):])
 
 
 def pointer_or_empty(run_dir: Path) -> dict[str, Any]:

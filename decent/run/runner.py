@@ -126,9 +126,7 @@ def rewind(rd: RunDir, engine: Engine, chosen: checkpoint.Committed) -> list[dic
     """Load the checkpoint ``chosen`` into ``engine``; the rows up to it (those logged
     after it, before the run stopped, are cut off: they are run again)."""
     engine.load_state(checkpoint.read(chosen))
-    path = rd.path / checkpoint.METRICS
-    data = path.read_bytes() if path.is_file() else b""
-    kept = b"".join(data.splitlines(keepends=True)[:chosen.metric_rows])
+    kept = b"".join(checkpoint.whole_rows(rd.path / checkpoint.METRICS)[:chosen.metric_rows])
     rd.write_bytes(checkpoint.METRICS, kept)  # the same bytes: the manifest's hash holds
     return [json.loads(line) for line in kept.splitlines()]
 

@@ -91,15 +91,9 @@ def check_checkpoints(path: Path, found: Findings) -> None:
             info = checkpoint.read_pointer(path)
         except ConfigError as exc:
             found.problems.append(str(exc).partition(": ")[2] or str(exc))
-        else:
-            name = str(info.get("dir", ""))
-            if not (path / name).is_dir() or not name.startswith(checkpoint.PREFIX):
-                found.problems.append(f"{pointer}: names {name!r}, which is missing")
-            elif not checkpoint.problems(path, name) and checkpoint.manifest_of(
-                    path, int(name[len(checkpoint.PREFIX):]))["next_round"] != \
-                    info.get("next_round"):
-                found.problems.append(f"{pointer}: says round {info.get('next_round')}, "
-                                      f"the checkpoint it names another")
+        else:  # the named folder's own problems are listed above already
+            found.problems += [p for p in checkpoint.named_problems(path, info)
+                               if p not in found.problems]
     elif rounds:
         found.problems.append(f"{pointer}: missing, beside {len(rounds)} checkpoint(s)")
     if rounds:
