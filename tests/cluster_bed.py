@@ -106,6 +106,16 @@ def main(out: Path) -> None:
             run(on_ray("strict", placement="strict_spread", clients_per_actor=1))
         except ConfigError as exc:
             found["strict_spread_3_of_2"] = str(exc)
+        # a third worker with 500 MB of memory: a bundle (~330 MB) fits it, but its
+        # daemons and actor do not — refused naming it, before any actor starts
+        small = cluster.add_node(num_cpus=1, object_store_memory=100 * 2**20,
+                                 memory=500 * 2**20)
+        try:
+            run(on_ray("small-node"))
+        except ConfigError as exc:
+            found["small_node"] = {"said": str(exc), "id": small.node_id,
+                                   "nothing_left": not glob.glob(f"{out}/small-node/runs/*")}
+        cluster.remove_node(small)
         found["frozen"] = frozen_copies(out)
         for policy in ("churn", "restart"):
             runs = out / f"lose-{policy}"

@@ -9,7 +9,9 @@ Four clients on two actors of two: killing actors[1] takes clients 2 and 3."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ def base(tmp_path: Path, kind: str) -> dict[str, Any]:
     if kind == "join_bootstrap":  # 3 joins from 2 and 0: its own actor dies as it joins
         sections["churn"] = {"absent": [3], "events": [
             {"round": KILL, "client": 3, "kind": "join"}]}
-    if kind == "hand_over":
+    if kind in ("hand_over", "phase"):
         sections["model"] = BIG
     return tiny(tmp_path, rounds=5, topology={"name": "ring", "n": 4},
                 checkpoint={"every": 2}, eval={"every": 1, "per_client": False}, **sections)
@@ -64,6 +66,30 @@ class KillsIn(WrapsBackend):
             self.before(executor, kind.removeprefix("join_"))
         if kind == "hand_over":
             self.before(executor.direct, "hand_overs")
+        if kind == "phase":
+            self.after_first_phase(executor)
+
+    def after_first_phase(self, executor: Any) -> None:
+        """The kill once DSGD's first phase of round ``round`` has posted its messages (the
+        payloads of clients 2 and 3 in actors[1]'s object store), waited for until Ray
+        reports one of them lost: its receivers then read payloads whose owner died."""
+        import ray
+
+        call = executor.run_phase
+
+        def killing_after(round_: int, step: int, *args: Any) -> Any:
+            out = call(round_, step, *args)
+            if step == 0 and not self.killed and round_ == self.round:
+                self.kill_now()
+                sent = next(m.payload for m in out[1].outgoing
+                            if isinstance(m.payload, ray.ObjectRef))
+                with contextlib.suppress(ray.exceptions.ObjectLostError):
+                    while True:
+                        ray.get(sent)
+                        time.sleep(0.05)
+            return out
+
+        executor.run_phase = killing_after
 
     def before(self, owner: Any, method: str) -> None:
         """The kill, just before ``owner.method`` reaches the actors in round ``round``."""
@@ -146,7 +172,8 @@ def reference_of(raw: dict[str, Any], kind: str) -> tuple[list[dict[str, Any]], 
 # whole or not at all, and over RDT the payloads a lost actor kept died with it, so both
 # go back to the checkpoint whatever ray.on_actor_death says.
 CASES = [(kind, policy) for kind in ("evaluate", "save", "join_vectors", "join_bootstrap")
-         for policy in ("churn", "restart")] + [("load", "churn"), ("hand_over", "churn")]
+         for policy in ("churn", "restart")] + [("load", "churn"), ("hand_over", "churn"),
+                                                ("phase", "churn"), ("phase", "restart")]
 
 
 # Every kill costs the runs after it one fresh actor process (torch imported, clients
@@ -213,6 +240,9 @@ def test_an_actor_lost_in_any_call_goes_through_on_actor_death(
         assert engine.saved["lost"] == dict.fromkeys(GONE, KILL)
     else:  # lost in the round (its joins) or its evaluation: the row counts the survivors
         assert rows[KILL]["live_clients"] == 2
+    # between DSGD's phases, 2 and 3 had sent their models to 1 and 0 (a ring) from
+    # actors[1]'s object store: those payloads died with it, and were never delivered
+    assert result.summary.get("messages_lost", 0) == (2 if kind == "phase" else 0)
 
 
 def test_an_actor_lost_while_the_actors_start_builds_them_again(

@@ -162,6 +162,68 @@ def test_readme_dry_run_works_as_written(tmp_path: Path) -> None:
     assert len((runs[0] / "metrics.jsonl").read_text().splitlines()) == ROUNDS
 
 
+def in_session(session: int) -> list[int]:
+    """Live processes of session ``session``, zombies aside."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow  # a head, two worker nodes the autoscaler adds, a job (~45 s)
+def test_readme_autoscaling_cluster_works_as_written(tmp_path: Path) -> None:
+    """The README's "An autoscaling cluster on one machine" block, run by bash exactly as
+    written in a copy of the checkout: the autoscaler adds a worker node for each 1-CPU
+    actor (the head has no CPUs), the run spans both, and the block's teardown leaves no
+    process of its session alive (what is left is killed, and named)."""
+    block = readme_block("### An autoscaling cluster on one machine")
+    for port in (6390, 6392, 8275):
+        if not port_free(port):
+            pytest.skip(f"port {port} is in use on this machine; the README block uses it")
+    repo = checkout_copy(tmp_path / "checkout")
+    temp_dir = Path("/tmp/decent-fake-cluster")
+    had_temp_dir = temp_dir.exists()
+    env = child_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
+    for key in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "VIRTUAL_ENV"):
+        env.pop(key, None)  # the block sets these itself
+    out_path = tmp_path / "block.out"
+    with out_path.open("w") as out:
+        # a session of its own: every process the block starts is found by it
+        block_run = subprocess.Popen(["bash", "-e", "-c", block], cwd=repo, env=env,
+                                     stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+    try:
+        code = block_run.wait(timeout=JOB_TIMEOUT_S)
+    finally:
+        block_run.kill()
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while (leftovers := in_session(block_run.pid)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        described = {pid: cmdline(pid) for pid in leftovers}
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not had_temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    logs = out_path.read_text()[-6000:]
+    assert code == 0, logs
+    assert re.search(r"Job 'raysubmit_\w+' succeeded", logs), logs
+    assert leftovers == [], f"the block's teardown left {described} alive"
+    (run_dir,) = (repo / "runs").iterdir()
+    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rounds"] == 3 and summary["ray_actors"] == 2
+    # two actors of one CPU each, on a head with none: a node was added for each
+    assert summary["ray_nodes"] == 2
+    assert len({a["node"] for a in summary["ray_actor_nodes"].values()}) == 2
+
+
 def test_runtime_env_excludes_bulky_paths() -> None:
     env = yaml.safe_load((REPO_ROOT / "runtime_env.yaml").read_text())
     excludes = set(env["excludes"])

@@ -8,6 +8,7 @@ of its clients under ``churn`` and, under ``restart``, a run identical to the lo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,11 +43,24 @@ def test_actors_spread_over_both_worker_nodes_and_equal_the_local_run(bed):
 @pytest.mark.slow
 def test_pack_and_spread_lay_out_half_cpu_actors_and_strict_spread_refuses(bed):
     assert bed["pack_half_cpu"] == 1 and bed["spread_half_cpu"] == 2
-    assert bed["strict_spread_3_of_2"] == (
-        "ray.placement: the cluster cannot place 4 actors of {'CPU': 0.5} strict_spread "
-        "over its nodes (1 CPU, 1 CPU): use fewer or smaller actors "
-        "(ray.clients_per_actor, ray.num_cpus_per_actor), another ray.placement, or more "
-        "nodes")
+    # each bundle also reserves the memory the plan gives its actor, out of each node's
+    assert re.fullmatch(
+        r"ray\.placement: the cluster cannot place 4 actors of \{'CPU': 0\.5, 'memory': "
+        r"'\d+ MB'\} strict_spread over its nodes \(1 CPU \d+ MB, 1 CPU \d+ MB\): use fewer "
+        r"or smaller actors \(ray\.clients_per_actor, ray\.num_cpus_per_actor\), another "
+        r"ray\.placement, or more nodes", bed["strict_spread_3_of_2"])
+
+
+@pytest.mark.slow
+def test_a_node_without_the_memory_for_its_actor_is_refused_naming_it(bed):
+    small = bed["small_node"]
+    assert small["said"].startswith(f"ray.clients_per_actor: node 127.0.0.1 "
+                                    f"({small['id'][:8]}) would need ~")
+    assert " for its 1 actor(s) but has 500 MB (memory plan: 1 actor(s)" in small["said"]
+    # 4 clients over 3 slots were 2, 1 and 1: two actors of 2 fit the two larger nodes
+    assert re.search(r"; set ray\.clients_per_actor=2 \(2 actor\(s\): 1 on node 127\.0\.0\.1 "
+                     r"\(\w{8}\), 1 on node 127\.0\.0\.1 \(\w{8}\)\)$", small["said"])
+    assert small["nothing_left"]
 
 
 @pytest.mark.slow

@@ -339,21 +339,21 @@ def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_pat
 
 
 def test_the_probe_beside_rays_start_reports_both_and_its_errors(tmp_path, monkeypatch):
-    from decent.backends.ray import executor as ray_backend
+    from decent.backends.ray import memory_plan
 
     cfg = from_dict(tiny(tmp_path))
     plan = build_plan(cfg)
     calls = []
-    footprint, started = ray_backend.probe_beside(cfg, plan, lambda: calls.append(1) or False)
+    footprint, started = memory_plan.probe_beside(cfg, plan, lambda: calls.append(1) or False)
     assert calls == [1] and started is False
     assert footprint == probe(cfg, plan)
 
     def broken(*args):
         raise ConfigError("model.path", "cannot read it")
 
-    monkeypatch.setattr(ray_backend, "probe", broken)
+    monkeypatch.setattr(memory_plan, "probe", broken)
     with pytest.raises(ConfigError, match="cannot read it"):
-        ray_backend.probe_beside(cfg, plan, lambda: calls.append(2) or False)
+        memory_plan.probe_beside(cfg, plan, lambda: calls.append(2) or False)
     assert calls == [1, 2]  # Ray's start ran regardless, on this thread
 
 

@@ -247,6 +247,9 @@ class Rounds:
             losses = self.losses + slot.engine.losses
             if losses:  # in this segment: round, clients, node, crash or restart
                 summary["actor_losses"] = sorted(losses, key=lambda x: x["round"])
+            lost_mail = getattr(slot.engine.executor, "messages_lost", 0)
+            if lost_mail:  # sent by clients whose actor died, and lost with it
+                summary["messages_lost"] = lost_mail
             if slot.engine.node_of:  # wire bytes between clients on different nodes
                 summary["bytes_cross_node"] = (self.cross_node_before
                                                + slot.engine.bytes_cross_node)

@@ -4,6 +4,7 @@
     decent resume RUN_DIR [--from-previous]  continue a stopped run from its checkpoint
     decent verify RUN_DIR                    check a run's checkpoints, rows and summary
     decent topo NAME --n 16 [...]            describe a communication graph
+    decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
 """
 
 from __future__ import annotations
@@ -42,6 +43,27 @@ def _verify(args: argparse.Namespace) -> int:
         return 1
     print(f"verify: {args.run_dir}: ok ({'; '.join(found.facts)})")
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import os
+
+    import ray
+    import torch
+
+    from decent.backends.ray.memory_plan import available_mb
+
+    free = available_mb()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    print(f"doctor: python {sys.version.split()[0]}, torch {torch.__version__}, "
+          f"ray {ray.__version__}; {os.cpu_count()} CPUs, "
+          + ("memory unknown" if free is None else f"{free:.0f} MB available")
+          + f", {gpus} CUDA device(s)")
+    if not args.gpu:
+        return 0
+    from decent.tools.gpu_check import doctor_gpu
+
+    return doctor_gpu()
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -203,6 +225,11 @@ def parser() -> argparse.ArgumentParser:
                        "manifests, metric rows, summary; one line per problem (exit 1)")
     v.add_argument("run_dir", help="a finished or interrupted run's directory")
     v.set_defaults(func=_verify)
+    d = sub.add_parser("doctor", help="what this machine has; --gpu: check every GPU path")
+    d.add_argument("--gpu", action="store_true",
+                   help="run the GPU acceptance checks (a few minutes) and print a table "
+                   "of pass / fail with figures; without a CUDA device, one line")
+    d.set_defaults(func=_doctor)
     t = sub.add_parser("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)

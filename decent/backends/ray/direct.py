@@ -99,8 +99,8 @@ class DirectPayloads:
         (encoded arrays, one call per actor holding some), for a checkpoint;
         :class:`HostsLost` naming the actors that died."""
         want = held_keys(m for queue in queues for msgs in queue.values() for m in msgs)
-        parts, lost = gather({a: actors[a].held_payloads.remote(sorted(keys))
-                              for a, keys in want.items()})
+        parts, lost, _ = gather({a: actors[a].held_payloads.remote(sorted(keys))
+                                 for a, keys in want.items()})
         if lost:  # what they kept died with them: no whole checkpoint to be had
             raise HostsLost(lost)
         got = {(a, key): payload for a, part in parts.items()

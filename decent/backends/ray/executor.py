@@ -11,8 +11,7 @@ returns its outbox, its compute times and its statistics."""
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -27,10 +26,11 @@ from decent.backends.ray.memory_plan import (
     available_mb,
     check_fits,
     plan_memory,
-    probe,
     probe_apart,
+    probe_beside,
     process_memory_mb,
 )
+from decent.backends.ray.node_memory import Node, check_nodes
 from decent.backends.ray.placement import groups_for
 from decent.backends.ray.session import connect, shutdown
 from decent.core.errors import ActorLost, ConfigError, HostsLost
@@ -39,38 +39,6 @@ from decent.engine.config import RunConfig
 from decent.engine.executor import Inboxes, PhaseResult
 from decent.engine.plan import RunPlan
 from decent.network.membership import RoundMembers
-
-
-def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
-                 ) -> tuple[Footprint, bool]:
-    """The probe's footprint, measured in a thread while ``start()`` (Ray's start, which
-    must run on the main thread) runs, and what ``start`` returned."""
-    box: dict[str, Any] = {}
-
-    def measure() -> None:
-        try:
-            box["footprint"] = probe(cfg, plan)
-        except BaseException as exc:  # re-raised on the main thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=measure, name="memory-probe")
-    thread.start()
-    try:
-        started = start()
-    finally:
-        thread.join()
-    if "error" in box:
-        if started:
-            shutdown()
-        raise box["error"]
-    return box["footprint"], started
-
-
-def smallest_node_mb() -> float | None:
-    """The memory resource of the cluster's smallest live node, in MB."""
-    sizes = [node["Resources"].get("memory", 0) for node in ray.nodes() if node["Alive"]]
-    return min(sizes) / 2**20 if sizes and min(sizes) > 0 else None
-
 
 # Models whose frozen weights are worth one copy per machine: the language models (a LoRA
 # base, SubCGE's W, SPES's experts). The small built-in models freeze nothing.
@@ -96,6 +64,8 @@ class RayActors:
 
         self.cfg = cfg
         self.dead: set[int] = set()  # actors that died: never called again
+        # messages whose payloads were lost with their sender's actor, never delivered
+        self.messages_lost = 0
         rc = cfg.ray
         free = available_mb()  # before Ray's own processes start; the driver is running
         free_mb = None if free is None else free + process_memory_mb()["pss"]
@@ -119,24 +89,29 @@ class RayActors:
         self.groups = groups_for(cfg, ray.cluster_resources(), nodes)
         self.host_of = {cid: i for i, cids in enumerate(self.groups) for cid in cids}
         share = shares_frozen_weights(cfg, len(self.groups))
+        grouped = spread.grouped(rc, nodes)  # several nodes: checked node by node
         if footprint is not None:
-            node_mb = rc.node_memory_mb or (free_mb if self.started_ray else smallest_node_mb())
+            node_mb = rc.node_memory_mb or (free_mb if self.started_ray
+                                            else spread.smallest_node_mb())
             driver_mb = process_memory_mb()["pss"]
             graph = plan.topology.round_graph(0)
             degrees = [graph.degree(c) for c in range(cfg.n)]
 
-            def replan(groups: list[list[int]]) -> MemoryPlan:
+            def replan(groups: list[list[int]], available: float | None = node_mb,
+                       driver: float = driver_mb, shared: bool | None = None) -> MemoryPlan:
                 assert footprint is not None
-                return plan_memory(footprint, groups, shares_frozen_weights(cfg, len(groups)),
-                                   node_mb, driver_mb, cfg.model.name,
-                                   on_gpu=rc.num_gpus_per_actor > 0,
+                if shared is None:
+                    shared = shares_frozen_weights(cfg, len(groups))
+                return plan_memory(footprint, groups, shared, available, driver,
+                                   cfg.model.name, on_gpu=rc.num_gpus_per_actor > 0,
                                    store_mb=store_mb if self.started_ray else math.inf,
                                    degrees=degrees)
 
             self.memory = replan(self.groups)
-            print(self.memory.describe(), flush=True)
             try:
-                check_fits(self.memory, cfg.n, replan)
+                if not grouped:
+                    print(self.memory.describe(), flush=True)
+                    check_fits(self.memory, cfg.n, replan)
             except ConfigError:
                 self.actors = []
                 self.close()
@@ -147,8 +122,23 @@ class RayActors:
         resources = {"num_cpus": rc.num_cpus_per_actor, "num_gpus": rc.num_gpus_per_actor}
         # on several nodes, a bundle per actor reserved where ray.placement says
         self.actors = []
+        self.group = None
         try:
-            self.group = spread.place(rc, len(self.groups), nodes)
+            self.group = spread.place(rc, len(self.groups), nodes, None if self.memory is None
+                                      else list(self.memory.actors_pss_mb))
+            if self.memory is not None and self.group is not None:
+                share_all = shares_frozen_weights(cfg, len(self.groups))
+
+                def plan_node(groups: list[list[int]], node: Node) -> MemoryPlan:
+                    return replan(groups, node.memory_mb, driver_mb if node.driver else 0.0,
+                                  share_all)
+
+                self.node_memory = check_nodes(self.groups, spread.bundle_nodes(self.group),
+                                               spread.cluster_nodes(rc, nodes), plan_node,
+                                               rc.placement)
+                for node_id, node_plan in self.node_memory.items():
+                    print(f"{spread.cluster_nodes(rc, nodes)[node_id].name}: "
+                          f"{node_plan.describe()}", flush=True)
         except ConfigError:
             self.close()
             raise
@@ -244,22 +234,33 @@ class RayActors:
                   members: RoundMembers | None) -> dict[int, PhaseResult]:
         """One ``run_phase`` call per actor, with its inbox bundle (references to large
         payloads: the actor fetches those itself); over RDT, every hand-over it needs is
-        submitted first. Actors that died: :class:`HostsLost`, with the others' results."""
+        submitted first. Actors that died: :class:`HostsLost`, with the others' results.
+
+        A payload in the object store lives with the actor that sent it: one whose actor
+        is gone is lost with it, and never handed on. An actor that failed reading one
+        (its sender died during this phase) is called again without it."""
         if self.direct is None:
-            calls = {i: self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
-                     for i, inbox in inboxes.items()}
+            def call(i: int, inbox: Inboxes) -> Any:
+                return self.actors[i].run_phase.remote(round_, step, phase,
+                                                       self.readable(inbox), members)
         else:
             handed = {i: self.direct.hand_overs(self.actors, i, inbox)
                       for i, inbox in inboxes.items()}
-            calls = {i: self.actors[i].run_phase_direct.remote(
-                         round_, step, phase, inbox, members, self.direct.release(i),
-                         *handed[i])
-                     for i, inbox in inboxes.items()}
+
+            def call(i: int, inbox: Inboxes) -> Any:
+                return self.actors[i].run_phase_direct.remote(
+                    round_, step, phase, inbox, members, self.direct.release(i), *handed[i])
         # over RDT, a receiver whose hand-over came from an actor that died fails with
         # it, and is reported lost with it: the run goes back to its checkpoint anyway
-        got, lost = self._gather(calls, first_loss_ends=self.direct is not None)
+        got, lost, unread = self._gather({i: call(i, inbox) for i, inbox in inboxes.items()},
+                                         first_loss_ends=self.direct is not None)
+        while unread:
+            self.find_senders_lost(unread, inboxes, lost)
+            again, more, unread = self._gather({i: call(i, inboxes[i]) for i in unread})
+            got |= again
+            lost = sorted(lost + more)
         results: dict[int, PhaseResult] = {}
-        for i, (outgoing, compute, stats) in got.items():
+        for i, (outgoing, compute, stats) in sorted(got.items()):
             if self.direct is not None:
                 self.direct.posted(i, outgoing)
             results[i] = PhaseResult(outgoing, compute, stats)
@@ -267,18 +268,47 @@ class RayActors:
             raise HostsLost(lost, results)
         return results
 
+    def sent_by_lost(self, message: Message) -> bool:
+        """Whether ``message``'s payload sits in the object store of an actor now gone."""
+        return isinstance(message.payload, ray.ObjectRef) and \
+            self.actor_of(message.src) in self.dead
+
+    def readable(self, inbox: Inboxes) -> Inboxes:
+        """``inbox`` without the messages whose payloads were lost with their sender's
+        actor (counted in ``messages_lost``)."""
+        out = {cid: [m for m in msgs if not self.sent_by_lost(m)] for cid, msgs in inbox.items()}
+        self.messages_lost += sum(map(len, inbox.values())) - sum(map(len, out.values()))
+        return out
+
+    def find_senders_lost(self, unread: list[int], inboxes: dict[int, Inboxes],
+                          lost: list[int]) -> None:
+        """After ``unread`` failed reading lost payloads: the actors that sent them, asked
+        whether they live; the dead are added to ``lost`` (and ``self.dead``). None dead —
+        a payload lost with no actor gone — or over RDT: back to the checkpoint."""
+        senders = {self.actor_of(m.src) for i in unread for msgs in inboxes[i].values()
+                   for m in msgs if isinstance(m.payload, ray.ObjectRef)}
+        _, gone, _ = self._gather({a: self.actors[a].node_id.remote()
+                                   for a in sorted(senders - self.dead)})
+        lost.extend(gone)
+        if not senders & self.dead or self.direct is not None:
+            raise ActorLost(f"payloads sent to the actor(s) hosting clients "
+                            f"{[self.groups[i] for i in unread]} were lost")
+
     def _gather(self, calls: dict[int, Any], first_loss_ends: bool = False
-                ) -> tuple[dict[int, Any], list[int]]:
-        """Each host's result (``calls``: host → its call) and the hosts whose actor died,
-        marked dead: never called again."""
-        got, lost = gather(calls, first_loss_ends)
+                ) -> tuple[dict[int, Any], list[int], list[int]]:
+        """Each host's result (``calls``: host → its call), the hosts whose actor died,
+        marked dead: never called again, and those that failed reading a lost payload."""
+        got, lost, unread = gather(calls, first_loss_ends)
         self.dead.update(lost)
-        return got, lost
+        return got, lost, unread
 
     def _all(self, calls: dict[int, Any]) -> dict[int, Any]:
         """Each host's result, in the order of ``calls``; :class:`HostsLost` if any died
         (after every call has come back)."""
-        got, lost = self._gather(calls)
+        got, lost, unread = self._gather(calls)
+        if unread:  # a call that reads no payloads: never, unless Ray lost an object
+            raise ActorLost(f"the actor(s) hosting clients {[self.groups[i] for i in unread]} "
+                            "lost an object they read")
         if lost:
             raise HostsLost(lost)
         return got
@@ -341,7 +371,9 @@ class RayActors:
                 self.dead.update(lost.hosts)
                 raise
         cpu = torch.device("cpu")
-        return [transport.receive(queue, cpu) for queue in queues]
+        # what a lost actor's clients sent and nobody read is lost with it
+        return [transport.receive({k: [m for m in msgs if not self.sent_by_lost(m)]
+                                   for k, msgs in queue.items()}, cpu) for queue in queues]
 
     def routable(self, *queues: dict[Any, list[Message]]) -> list[dict[Any, list[Message]]]:
         return [{k: transport.send(msgs) for k, msgs in queue.items()} for queue in queues]

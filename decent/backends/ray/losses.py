@@ -4,7 +4,12 @@ Ray reports an actor that is gone — killed, its process or its node dead, or o
 reach — as :class:`ray.exceptions.RayActorError` on every call to it (its subclasses
 ``ActorDiedError`` and ``ActorUnavailableError`` included). It reports an actor whose
 set-up raised the same way, marked ``actor_init_failed``: that is the run's own error (a
-bad config, a missing file), raised as it is, never taken for a loss."""
+bad config, a missing file), raised as it is, never taken for a loss.
+
+A payload in the object store is owned by the actor that put it and lives in its node's
+store: when that actor or node is gone, a live actor that reads it fails with
+:class:`ray.exceptions.ObjectLostError` (``OwnerDiedError`` for a dead owner), wrapped in
+the ``RayTaskError`` of its call. Its actor is not lost; what it was to read is."""
 
 from __future__ import annotations
 
@@ -18,9 +23,17 @@ def died(exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.RayActorError) and not exc.actor_init_failed
 
 
+def payload_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says a payload the call read was lost with the actor that owned it."""
+    return isinstance(exc, ray.exceptions.ObjectLostError) or (
+        isinstance(exc, ray.exceptions.RayTaskError)
+        and isinstance(exc.cause, ray.exceptions.ObjectLostError))
+
+
 def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
-           ) -> tuple[dict[int, Any], list[int]]:
-    """Each host's result (``calls``: host → its call), and the hosts whose actor died.
+           ) -> tuple[dict[int, Any], list[int], list[int]]:
+    """Each host's result (``calls``: host → its call), the hosts whose actor died, and
+    those whose call failed because a payload it read was lost (:func:`payload_lost`).
 
     Every call is waited for, even after a loss: the survivors' work is then done (a
     phase's results go on) and none is still running when the engine asks again. With
@@ -30,6 +43,7 @@ def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
     is killed with the others when the run restarts."""
     out: dict[int, Any] = {}
     lost: list[int] = []
+    unread: list[int] = []
     pending = {call: host for host, call in calls.items()}
     while pending:
         # results as they come (not in host order): a death is seen as soon as it happens
@@ -37,10 +51,13 @@ def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
         host = pending.pop(ready[0])
         try:
             out[host] = ray.get(ready[0])
-        except ray.exceptions.RayActorError as exc:
+        except ray.exceptions.RayError as exc:
+            if payload_lost(exc):
+                unread.append(host)
+                continue
             if not died(exc):
                 raise
             lost.append(host)
             if first_loss_ends:
                 break
-    return dict(sorted(out.items())), sorted(lost)
+    return dict(sorted(out.items())), sorted(lost), sorted(unread)

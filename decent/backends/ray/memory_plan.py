@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 
 from decent.backends.ray.placement import placement
+from decent.backends.ray.session import shutdown
 from decent.core.errors import ConfigError
 from decent.engine.config import RunConfig
 from decent.engine.plan import RunPlan
@@ -218,6 +220,31 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
         release_freed_memory()
     return Footprint(model / MB, frozen / MB, per_client / MB, data / MB,
                      max(out.values()) / MB, edge / MB)
+
+
+def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
+                 ) -> tuple[Footprint, bool]:
+    """The probe's footprint, measured in a thread while ``start()`` (Ray's start, which
+    must run on the main thread) runs, and what ``start`` returned."""
+    box: dict[str, Any] = {}
+
+    def measure() -> None:
+        try:
+            box["footprint"] = probe(cfg, plan)
+        except BaseException as exc:  # re-raised on the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=measure, name="memory-probe")
+    thread.start()
+    try:
+        started = start()
+    finally:
+        thread.join()
+    if "error" in box:
+        if started:
+            shutdown()
+        raise box["error"]
+    return box["footprint"], started
 
 
 def probe_apart(cfg: RunConfig, plan: RunPlan) -> Footprint:

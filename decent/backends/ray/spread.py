@@ -4,10 +4,12 @@ few, ``strict_spread``: one per node).
 
 An actor that reserves nothing (``num_cpus_per_actor: 0``, the default) could otherwise
 land anywhere, and Ray packs such actors onto one node; a bundle reserves what the actor
-really uses — its GPU share and CPUs, or one CPU when it reserves none — so the actors
-spread. Where fixed-size groups ask for more actors than the nodes have CPUs, a bundle
-reserves a share small enough that each node can take its turn. A single node (an
-embedded Ray, a laptop) needs no placement group, and a Tune trial runs inside its own."""
+really uses — its GPU share and CPUs, or one CPU when it reserves none, and the memory
+the memory plan estimates for it — so the actors spread, and Ray puts none on a node
+without the memory for it (nodes need not be equal). Where fixed-size groups ask for more
+actors than the nodes have CPUs, a bundle reserves a share small enough that each node can
+take its turn. A single node (an embedded Ray, a laptop) needs no placement group, and a
+Tune trial runs inside its own."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from decent.backends.ray.node_memory import Node
+from decent.backends.ray.placement import node_slots
 from decent.core.errors import ConfigError
 from decent.engine.config import RayConfig
 
@@ -32,10 +36,10 @@ STRATEGIES = {"spread": "SPREAD", "pack": "PACK", "strict_spread": "STRICT_SPREA
 PLACE_TIMEOUT_S = 60.0
 
 
-def live_nodes() -> list[dict[str, float]]:
-    """Each live node's resources (its id under ``"node"``)."""
-    return [{**node["Resources"], "node": node["NodeID"]} for node in ray.nodes()
-            if node["Alive"]]
+def live_nodes() -> list[dict[str, Any]]:
+    """Each live node's resources (its id under ``"node"``, its IP under ``"address"``)."""
+    return [{**node["Resources"], "node": node["NodeID"],
+             "address": node["NodeManagerAddress"]} for node in ray.nodes() if node["Alive"]]
 
 
 def hosts_actors(rc: RayConfig, node: dict[str, Any]) -> bool:
@@ -59,22 +63,35 @@ def bundle(rc: RayConfig, actors: int, nodes: list[dict[str, Any]]) -> dict[str,
     return {"CPU": cpu}
 
 
-def place(rc: RayConfig, actors: int, nodes: list[dict[str, Any]]) -> PlacementGroup | None:
-    """The placement group of ``actors`` bundles, reserved; None where one is not needed
-    (a single node that hosts actors, or a Tune trial's own group). One line naming
-    ``ray.placement`` if the cluster cannot hold them."""
+def grouped(rc: RayConfig, nodes: list[dict[str, Any]]) -> bool:
+    """Whether the actors need a placement group: several nodes host actors (or
+    ``strict_spread`` is asked for), outside a Tune trial (its actors are scheduled in the
+    trial's group)."""
     if ray.get_runtime_context().get_placement_group_id() is not None:
-        return None  # a Tune trial: its actors are scheduled in the trial's group
-    hosting = [n for n in nodes if hosts_actors(rc, n)]
-    if len(hosting) < 2 and rc.placement != "strict_spread":
+        return False
+    return rc.placement == "strict_spread" or sum(hosts_actors(rc, n) for n in nodes) > 1
+
+
+def place(rc: RayConfig, actors: int, nodes: list[dict[str, Any]],
+          memory_mb: list[float] | None = None) -> PlacementGroup | None:
+    """The placement group of ``actors`` bundles, reserved; None where one is not needed
+    (:func:`grouped`). With ``memory_mb`` (each actor's estimate), each bundle reserves
+    that much of its node's ``memory`` resource too. One line naming ``ray.placement`` if
+    the cluster cannot hold them."""
+    if not grouped(rc, nodes):
         return None
+    hosting = [n for n in nodes if hosts_actors(rc, n)]
     one = bundle(rc, actors, nodes)
+    bundles = [dict(one) for _ in range(actors)]
+    if memory_mb is not None:
+        for b, mb in zip(bundles, memory_mb, strict=True):
+            b["memory"] = float(math.ceil(mb) * 2**20)
+        one = one | {"memory": max(b["memory"] for b in bundles)}
     fit = [min(int(n.get(k, 0.0) / v + 1e-9) for k, v in one.items()) for n in hosting]
     room = sum(min(f, 1) for f in fit) if rc.placement == "strict_spread" else sum(fit)
     if room < actors:  # never, on these nodes: said now rather than after a wait
         raise cannot_place(rc, actors, one, hosting, "")
-    group = placement_group([dict(one) for _ in range(actors)],
-                            strategy=STRATEGIES[rc.placement])
+    group = placement_group(bundles, strategy=STRATEGIES[rc.placement])
     if not group.wait(timeout_seconds=PLACE_TIMEOUT_S):
         remove_placement_group(group)
         raise cannot_place(rc, actors, one, hosting, f" within {PLACE_TIMEOUT_S:g} s")
@@ -84,9 +101,12 @@ def place(rc: RayConfig, actors: int, nodes: list[dict[str, Any]]) -> PlacementG
 def cannot_place(rc: RayConfig, actors: int, one: dict[str, float],
                  hosting: list[dict[str, Any]], when: str) -> ConfigError:
     have = ", ".join(f"{n.get('CPU', 0):g} CPU" + (f" {n['GPU']:g} GPU" if n.get("GPU")
-                                                    else "") for n in hosting)
+                                                    else "")
+                     + (f" {n.get('memory', 0) / 2**20:.0f} MB" if "memory" in one else "")
+                     for n in hosting)
+    what = {k: (f"{v / 2**20:.0f} MB" if k == "memory" else v) for k, v in one.items()}
     return ConfigError("ray.placement", f"the cluster cannot place {actors} actors of "
-                       f"{one} {rc.placement} over its nodes ({have or 'none'}){when}: use "
+                       f"{what} {rc.placement} over its nodes ({have or 'none'}){when}: use "
                        "fewer or smaller actors (ray.clients_per_actor, "
                        "ray.num_cpus_per_actor), another ray.placement, or more nodes")
 
@@ -108,3 +128,21 @@ def bundle_nodes(group: PlacementGroup) -> list[str]:
 def release(group: PlacementGroup | None) -> None:
     if group is not None:
         remove_placement_group(group)
+
+
+def smallest_node_mb() -> float | None:
+    """The memory resource of the cluster's smallest live node, in MB."""
+    sizes = [node["Resources"].get("memory", 0) for node in ray.nodes() if node["Alive"]]
+    return min(sizes) / 2**20 if sizes and min(sizes) > 0 else None
+
+
+def cluster_nodes(rc: RayConfig, nodes: list[dict[str, Any]]) -> dict[str, Node]:
+    """The live nodes (``spread.live_nodes``) as the per-node memory plan sees them: each
+    one's memory (``ray.node_memory_mb``, else its ``memory`` resource), actor slots, and
+    whether this driver runs there."""
+    here = ray.get_runtime_context().get_node_id()
+    return {n["node"]: Node(n["node"], n["address"],
+                            rc.node_memory_mb or (n.get("memory", 0.0) / 2**20 or None),
+                            node_slots(rc, [n]) if hosts_actors(rc, n) else 0,
+                            driver=n["node"] == here)
+            for n in nodes}

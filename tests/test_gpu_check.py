@@ -1,0 +1,59 @@
+"""``decent doctor --gpu``: one line and exit 0 without a GPU; the checks' comparisons
+themselves, rehearsed on the CPU (the same runs with ``device: cpu`` and no GPU share),
+must pass where the platform is deterministic and fail where it is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from decent.tools import gpu_check
+from decent.tools.cli import main
+from decent.tools.gpu_check import Outcome, run_checks, table
+
+
+def test_without_a_gpu_doctor_says_so_in_one_line_and_exits_0(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["doctor", "--gpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("doctor: python ") and "0 CUDA device(s)" in out[0]
+    assert out[1:] == ["gpu check: no CUDA device here (torch.cuda.is_available() is "
+                       "False); nothing to check"]
+
+
+def test_rdt_over_nccl_needs_two_gpus_and_says_so(tmp_path):
+    got = gpu_check.rdt_payloads(tmp_path, "cuda", 1)
+    assert got == Outcome("RDT over NCCL", None, "needs 2 GPUs (NCCL puts one rank per GPU); "
+                          "this machine has 1")
+
+
+@pytest.mark.slow
+def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, monkeypatch):
+    said: list[str] = []
+
+    def broken(out: Path, device: str, gpus: int) -> Outcome:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    outcomes = run_checks("cpu", 0, [gpu_check.fractional_actors,
+                                     gpu_check.subcge_on_device, broken], say=said.append)
+    fractional, subcge, failed = outcomes
+    assert fractional.passed, fractional.figures
+    assert fractional.figures.startswith("4 actors × 0 GPU; Ray ≡ local on cpu: "
+                                         "bit-identical; |Δ| from CPU ≤ 0")
+    assert subcge.passed, subcge.figures
+    assert subcge.figures == ("two runs bit-identical: yes; 1 per actor ≡ local: yes; "
+                              "2 per actor ≡ local: yes; replicas identical: yes")
+    assert failed == Outcome("broken", False, "raised RuntimeError: CUDA error: an illegal "
+                             "memory access was encountered")
+    assert [line.split(" (")[0] for line in said] == [
+        "fractional GPU actors: pass", "SubCGE on cpu: pass", "broken: FAIL"]
+    printed = table(outcomes, "a CPU").splitlines()
+    assert printed[0] == "GPU acceptance on a CPU"
+    assert printed[3].split()[:2] == ["SubCGE", "on"] and " pass " in printed[3]
+    assert " FAIL " in printed[4]
+    # a replica that differs is seen
+    assert not gpu_check.identical_replicas({0: np.zeros(3), 1: np.array([0, 0, 1e-7])})
