@@ -2,8 +2,8 @@
 CPUs and two worker nodes of one CPU each, each node its own raylet and object store
 (``ray.cluster_utils.Cluster``), and runs joined to it by address, as under ``ray job
 submit``. It runs in a process of its own (a process joins one Ray, and the suite's other
-tests share an embedded one), prints one JSON object of findings and shuts down what it
-started.
+tests share an embedded one), as a background job of the suite (tests/background.py):
+its findings go to ``OUT_DIR/result.json``, and it shuts down what it started.
 
     python -m tests.cluster_bed OUT_DIR
 """
@@ -11,18 +11,18 @@ started.
 from __future__ import annotations
 
 import glob
-import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-for key, value in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
-                   "RAY_USAGE_STATS_ENABLED": "0"}.items():
-    os.environ[key] = value
-os.environ.pop("RAY_ADDRESS", None)
+from tests.background import run_main
+
+ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
+       "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -71,7 +71,115 @@ def frozen_copies(out: Path) -> dict[str, Any]:
         engine.close()
 
 
-def main(out: Path) -> None:
+# a node is removed once this many rounds are logged, in runs of LOSS_ROUNDS rounds with
+# a checkpoint every 2
+REMOVE_AFTER, LOSS_ROUNDS = 4, 8
+
+
+def method_run(out: Path, method: str, name: str) -> dict[str, Any]:
+    """``method`` as the suite runs it (a star for FedAvg) on 4 clients."""
+    from tests.helpers import method_config
+
+    return method_config(out / name, method, 4, rounds=LOSS_ROUNDS, checkpoint={"every": 2},
+                         eval={"every": 2, "per_client": False})
+
+
+def record_layouts() -> list[dict[str, Any]]:
+    """Every Ray run's layout (actor → node and clients) as its actors start, newest last."""
+    from decent.backends.ray import executor
+
+    layouts: list[dict[str, Any]] = []
+    start = executor.RayActors.__init__
+
+    def recording(self: Any, *args: Any, **kw: Any) -> None:
+        start(self, *args, **kw)
+        layouts.append(self.layout)
+
+    executor.RayActors.__init__ = recording  # type: ignore[method-assign]
+    return layouts
+
+
+def lose_a_node(cluster: Any, workers: list[Any], node: dict[str, Any],
+                layouts: list[dict[str, Any]], base: dict[str, Any], reference: Any,
+                where: Path, policy: str) -> dict[str, Any]:
+    """``base`` on Ray under ``ray.on_actor_death: policy``, the worker node hosting the
+    last client removed once REMOVE_AFTER rounds are logged (never client 0's node: a
+    star's server), and a fresh worker added after: what the run did, against
+    ``reference`` (its local run)."""
+    from decent.core.errors import ConfigError
+    from decent.engine.config import from_dict
+    from decent.run.runner import run
+
+    removed: list[str] = []
+    n = base["topology"]["n"]
+
+    def remove_mid_run() -> None:
+        while True:
+            rows = glob.glob(f"{where}/runs/.*.partial/metrics.jsonl")
+            if rows and len(Path(rows[0]).read_text().splitlines()) >= REMOVE_AFTER:
+                break
+            time.sleep(0.02)
+        host = next(a["node"] for a in layouts[-1]["ray_actor_nodes"].values()
+                    if n - 1 in a["clients"])
+        victim = next(w for w in workers if w.node_id == host)
+        workers.remove(victim)
+        removed.append(victim.node_id)
+        cluster.remove_node(victim)
+
+    threading.Thread(target=remove_mid_run, daemon=True).start()
+    cfg = from_dict({**base, "tracking": {**base["tracking"], "out_dir": str(where / "runs")},
+                     "backend": "ray", "ray": {"reuse_actors": False, "memory_plan": False,
+                                               "on_actor_death": policy}})
+    try:
+        result = run(cfg)
+    except ConfigError as exc:  # a method that cannot lose clients: one line
+        workers.append(cluster.add_node(**node))
+        return {"said": str(exc), "removed": removed}
+    workers.append(cluster.add_node(**node))  # the next run has two workers again
+    lost = [a["clients"] for a in result.summary["ray_actor_nodes"].values()
+            if a["node"] in removed]
+    return {"restarts": result.summary["restarts"],
+            "live_clients": [r.get("live_clients") for r in result.rows],
+            "equal_to_local": reference is not None
+            and steady(result.rows) == steady(reference.rows),
+            "lost_clients": lost, "removed": removed,
+            "actor_losses": result.summary.get("actor_losses")}
+
+
+def resumed_after_driver_kill(address: str, out: Path) -> dict[str, Any]:
+    """``decent run`` attached to the cluster in a driver process of its own, SIGKILLed
+    once 5 rounds are logged (checkpoints every 2), then ``resume``d from this process,
+    also attached: the rows against the local run's."""
+    import yaml
+
+    from decent.engine.config import from_dict
+    from decent.run.runner import resume, run
+
+    base = method_run(out, "dsgd", "killed") | {"rounds": 16}
+    reference = run(from_dict(base))
+    raw = {**base, "tracking": {**base["tracking"], "out_dir": str(out / "killed-runs")},
+           "backend": "ray", "ray": {"address": address, "reuse_actors": False,
+                                     "memory_plan": False}}
+    (out / "killed.yaml").write_text(yaml.safe_dump(raw))
+    with (out / "killed.log").open("w") as log:
+        driver = subprocess.Popen([sys.executable, "-m", "decent", "run",
+                                   str(out / "killed.yaml")], stdout=log,
+                                  stderr=subprocess.STDOUT)
+    rows: list[str] = []
+    while driver.poll() is None:
+        rows = glob.glob(f"{out}/killed-runs/.*.partial/metrics.jsonl")
+        if rows and len(Path(rows[0]).read_text().splitlines()) >= 5:
+            driver.kill()
+            break
+        time.sleep(0.02)
+    code = driver.wait()
+    logged = len(Path(rows[0]).read_text().splitlines()) if rows else 0
+    result = resume(Path(rows[0]).parent)
+    return {"exit": code, "rows_when_killed": logged,
+            "equal_to_local": steady(result.rows) == steady(reference.rows)}
+
+
+def main(out: Path) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -98,10 +206,10 @@ def main(out: Path) -> None:
                            "equal_to_local": steady(spread.rows) == steady(local.rows),
                            "bytes_total": spread.summary["bytes_total"],
                            "bytes_cross_node": spread.summary["bytes_cross_node"]}
-        for how in ("pack", "spread"):
-            result = run(on_ray(how + "-half", placement=how, num_cpus_per_actor=0.5,
-                                clients_per_actor=2))
-            found[how + "_half_cpu"] = result.summary["ray_nodes"]
+        # half-CPU actors fit one node: packed there (the default run above spreads)
+        result = run(on_ray("pack-half", placement="pack", num_cpus_per_actor=0.5,
+                            clients_per_actor=2))
+        found["pack_half_cpu"] = result.summary["ray_nodes"]
         try:
             run(on_ray("strict", placement="strict_spread", clients_per_actor=1))
         except ConfigError as exc:
@@ -117,37 +225,26 @@ def main(out: Path) -> None:
                                    "nothing_left": not glob.glob(f"{out}/small-node/runs/*")}
         cluster.remove_node(small)
         found["frozen"] = frozen_copies(out)
-        for policy in ("churn", "restart"):
-            runs = out / f"lose-{policy}"
-            removed: list[str] = []
-
-            def remove_at_round_6(runs: Path = runs, removed: list[str] = removed) -> None:
-                while True:
-                    rows = glob.glob(f"{runs}/runs/.*.partial/metrics.jsonl")
-                    if rows and len(Path(rows[0]).read_text().splitlines()) >= 6:
-                        break
-                    time.sleep(0.02)
-                victim = workers.pop(0)
-                removed.append(victim.node_id)
-                cluster.remove_node(victim)
-
-            threading.Thread(target=remove_at_round_6, daemon=True).start()
-            result = run(from_dict(config(out, f"lose-{policy}", backend="ray", ray={
-                "reuse_actors": False, "on_actor_death": policy})))
-            lost = [a["clients"] for a in result.summary["ray_actor_nodes"].values()
-                    if a["node"] in removed]
-            found[f"lose_{policy}"] = {
-                "restarts": result.summary["restarts"],
-                "live_clients": [r.get("live_clients") for r in result.rows],
-                "equal_to_local": steady(result.rows) == steady(local.rows),
-                "lost_clients": lost, "removed": removed,
-                "actor_losses": result.summary.get("actor_losses")}
-            workers.append(cluster.add_node(**node))  # the next run has two workers again
+        layouts = record_layouts()
+        # under restart a lost node takes the same path whatever the method (each one's
+        # checkpoint and resume are tested bit for bit in tests/test_checkpoint.py): DSGD
+        # and SeedFlood, which can survive a lost node no other way
+        for method, policies in (("dsgd", ("churn", "restart")), ("fedavg", ("churn",)),
+                                 ("seedflood", ("churn", "restart")), ("combo", ("churn",))):
+            base = method_run(out, method, f"local-{method}")
+            reference = run(from_dict(base)) if "restart" in policies else None
+            for policy in policies:
+                key = f"lose_{method}_{policy}"
+                found[key] = lose_a_node(cluster, workers, node, layouts, base, reference,
+                                         out / key, policy)
+        found["resumed"] = resumed_after_driver_kill(cluster.address, out)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    print(json.dumps(found))
+    return found
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    os.environ.update(ENV)
+    os.environ.pop("RAY_ADDRESS", None)
+    run_main(main)

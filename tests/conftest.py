@@ -19,17 +19,79 @@ os.environ.pop("RAY_ADDRESS", None)
 
 
 # The longest test files, started first: with two workers taking a file at a time, a long
-# file that starts last keeps one worker busy after the other has finished.
-LONGEST_FIRST = ("test_multinode.py", "test_actor_loss.py", "test_rdt.py",
-                 "test_ray_lean.py", "test_llm_tasks.py", "test_cluster_job.py")
+# file that starts last keeps one worker busy after the other has finished. The files of
+# background jobs go last: their jobs run from the session's start (tests/background.py).
+LONGEST_FIRST = ("test_actor_loss.py", "test_rdt.py", "test_ray_lean.py",
+                 "test_llm_tasks.py")
+BACKGROUND_KEY = pytest.StashKey[list]()  # the jobs the controller started
+CUT_SHORT = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.background import JOBS
+
+    last = list(JOBS.values())
+
     def rank(item: pytest.Item) -> int:
         name = item.path.name
+        if name in last:
+            return len(LONGEST_FIRST) + 1 + last.index(name)
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: each file's own order is kept
+
+
+def runs_file(config: pytest.Config, name: str) -> bool:
+    """Whether this session runs the slow tests of test file ``name``: no path given, or
+    one that holds it (-k is not looked at: at worst a job runs for nothing)."""
+    if "not slow" in (config.getoption("markexpr") or ""):
+        return False
+    here = Path(__file__).parent / name
+    paths = [Path(a.split("::")[0]).resolve() for a in config.args] or [here.parent]
+    return any(p == here or (p.is_dir() and here.is_relative_to(p)) for p in paths)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller starts the background jobs of the test files the
+    session runs before the workers start: they inherit where each writes."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    import tempfile
+
+    from tests import background
+
+    started = []
+    for job, name in background.JOBS.items():
+        if runs_file(config, name):
+            out = Path(tempfile.mkdtemp(prefix=f"decent-{job}-"))
+            started.append((background.start(job, out), out))
+            os.environ[background.env_key(job)] = str(out)
+    config.stash[BACKGROUND_KEY] = started
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[CUT_SHORT] = exitstatus == pytest.ExitCode.INTERRUPTED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Each background job is waited for (it has ended by the time its tests have read
+    it), or stopped with its whole session if the run was cut short; its folder removed."""
+    import contextlib
+    import shutil
+    import signal
+    import subprocess
+
+    from tests.helpers import in_session
+
+    for proc, out in config.stash.get(BACKGROUND_KEY, []):
+        try:
+            proc.wait(timeout=0 if config.stash.get(CUT_SHORT, False) else 60)
+        except subprocess.TimeoutExpired:
+            for pid in in_session(proc.pid):  # the job, its Ray nodes and workers
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -155,3 +155,18 @@ def rows_and_vectors_on(engine: Any, cfg: Any) -> tuple[list[dict[str, Any]], di
 
     result, vectors = run_capturing(run, cfg, cfg, engine=engine)
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
+
+
+def in_session(session: int) -> list[int]:
+    """Live processes of session ``session``, zombies aside."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            pids.append(int(entry.name))
+    return pids

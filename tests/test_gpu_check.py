@@ -45,8 +45,8 @@ def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, mo
     assert fractional.figures.startswith("4 actors × 0 GPU; Ray ≡ local on cpu: "
                                          "bit-identical; |Δ| from CPU ≤ 0")
     assert subcge.passed, subcge.figures
-    assert subcge.figures == ("two runs bit-identical: yes; 1 per actor ≡ local: yes; "
-                              "2 per actor ≡ local: yes; replicas identical: yes")
+    assert subcge.figures == ("two runs bit-identical: yes; 2 per actor ≡ local: yes; "
+                              "4 per actor ≡ local: yes; replicas identical: yes")
     assert failed == Outcome("broken", False, "raised RuntimeError: CUDA error: an illegal "
                              "memory access was encountered")
     assert [line.split(" (")[0] for line in said] == [

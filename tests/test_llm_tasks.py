@@ -174,9 +174,11 @@ def smollm2():
             pytest.skip(f"the package {package} is not installed")
 
 
-@pytest.mark.slow  # the shipped 135M model on 200 real snippets
+@pytest.mark.slow  # the shipped 135M model on 100 real snippets
 def test_smollm2_zero_shot_rotten_tomatoes_is_plausible(smollm2):
-    """The real pair: shipped SmolLM2-135M on 200 balanced Rotten Tomatoes snippets."""
+    """The real pair: shipped SmolLM2-135M on 100 balanced Rotten Tomatoes snippets (the
+    forward passes are the cost: at 100 the accuracies sit as far inside the bounds as at
+    200, raw 0.510 and calibrated 0.780 against 0.525 and 0.730)."""
     from decent.models.causal_lm import CausalLMConfig, build_causal_lm
     from decent.tasks.prompted import PromptedConfig, PromptedTask
 
@@ -184,13 +186,16 @@ def test_smollm2_zero_shot_rotten_tomatoes_is_plausible(smollm2):
     task = PromptedTask(PromptedConfig(name="rotten_tomatoes", num_train=16, num_val=0,
                                        num_test=600, eval_batch_size=20), 0, model_cfg)
     y = task.held_out.y
-    idx = torch.cat([torch.nonzero(y == c).flatten()[:100] for c in (0, 1)])
+    idx = torch.cat([torch.nonzero(y == c).flatten()[:50] for c in (0, 1)])
+    # shortest first: a batch is padded to its longest, and neither accuracy depends on
+    # the order of the snippets (half the forward passes' cost, the same two numbers)
+    idx = idx[torch.argsort(task.held_out.lengths[idx], stable=True)]
     task.held_out = type(task.held_out)(task.held_out.x[idx], y[idx],
                                         task.held_out.lengths[idx])
     model = build_causal_lm(model_cfg, {})
     with torch.no_grad():
         logits = torch.cat([task.class_logits(model, *task.held_out.rows(
-            torch.arange(s, s + 20))[:2]) for s in range(0, 200, 20)])
+            torch.arange(s, s + 20))[:2]) for s in range(0, 100, 20)])
     margin = (logits[:, 1] - logits[:, 0]).numpy()
     labels = task.held_out.y.numpy()
     raw = float(((margin > 0) == (labels == 1)).mean())

@@ -1,29 +1,26 @@
 """Several nodes for real: a head without CPUs and two one-CPU worker nodes, each its own
 raylet and object store (tests/cluster_bed.py, in a process of its own), and runs joined
 to it by address. Actors spread over both nodes by default and are bit-identical to the
-local backend; ``pack`` and ``spread`` lay half-CPU actors out on one node and on two;
-``strict_spread`` beyond the nodes is one line; a worker node removed mid-run is a crash
-of its clients under ``churn`` and, under ``restart``, a run identical to the local one."""
+local backend; ``pack`` lays half-CPU actors out on one node;
+``strict_spread`` beyond the nodes is one line, and so is a node without the memory for
+its actor; a worker node removed mid-run is a crash of its clients under ``churn`` (DSGD,
+FedAvg, Combo; one line for SeedFlood, which cannot lose clients) and, under ``restart``,
+a run identical to the local one (DSGD, SeedFlood); a run whose driver was SIGKILLed
+while attached resumes there as the local run."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests import background
+from tests.cluster_bed import LOSS_ROUNDS, REMOVE_AFTER
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("bed")
-    proc = subprocess.run([sys.executable, "-m", "tests.cluster_bed", str(out)],
-                          capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[1])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return background.findings("cluster_bed", tmp_path_factory.mktemp("bed"))
 
 
 @pytest.mark.slow
@@ -41,8 +38,8 @@ def test_actors_spread_over_both_worker_nodes_and_equal_the_local_run(bed):
 
 
 @pytest.mark.slow
-def test_pack_and_spread_lay_out_half_cpu_actors_and_strict_spread_refuses(bed):
-    assert bed["pack_half_cpu"] == 1 and bed["spread_half_cpu"] == 2
+def test_pack_lays_half_cpu_actors_on_one_node_and_strict_spread_refuses(bed):
+    assert bed["pack_half_cpu"] == 1
     # each bundle also reserves the memory the plan gives its actor, out of each node's
     assert re.fullmatch(
         r"ray\.placement: the cluster cannot place 4 actors of \{'CPU': 0\.5, 'memory': "
@@ -73,19 +70,45 @@ def test_shared_frozen_weights_are_one_copy_per_node(bed):
 
 
 @pytest.mark.slow
-def test_a_worker_node_removed_mid_run_is_survived_under_each_policy(bed):
-    """Removed once round 6 is logged (checkpoints every 4 rounds)."""
-    churn, restart = bed["lose_churn"], bed["lose_restart"]
-    # churn: the actor of the removed node had clients 0 and 1; from the round it was
-    # lost in, 2 of the 4 clients are left, and no restart
-    assert churn["lost_clients"] == [[0, 1]] or churn["lost_clients"] == [[2, 3]]
-    lost_at = next(k for k, n in enumerate(churn["live_clients"]) if n is not None)
-    assert lost_at >= 6 and churn["live_clients"][lost_at:] == [2] * (12 - lost_at)
-    assert churn["restarts"] == 0 and not churn["equal_to_local"]
-    assert churn["actor_losses"] == [{"round": lost_at, "clients": churn["lost_clients"][0],
-                                      "node": churn["removed"][0], "then": "crash"}]
-    # restart: back to the checkpoint of round 4 on the node left, the local run exactly
+@pytest.mark.parametrize("method", ["dsgd", "fedavg", "combo"])
+def test_a_node_removed_under_churn_crashes_its_clients_and_the_run_goes_on(bed, method):
+    """8 rounds, checkpoints every 2, the node of clients 2 and 3 removed once 4 rounds are
+    logged (for FedAvg, a star, never the server's): those two crash in the round it was
+    lost in, and the run goes on with the other two, without a restart."""
+    churn = bed[f"lose_{method}_churn"]
+    assert churn["lost_clients"] == [[2, 3]] and churn["restarts"] == 0
+    (loss,) = churn["actor_losses"]
+    assert loss == {"round": loss["round"], "clients": [2, 3], "node": churn["removed"][0],
+                    "then": "crash"}
+    # removed once REMOVE_AFTER rows were logged: lost at the checkpoint taken after the
+    # last of them at the earliest (the row then logged before the loss: None)
+    r, live = loss["round"], churn["live_clients"]
+    assert r >= REMOVE_AFTER - 1 and live[:r] == [None] * r and live[r] in (None, 2)
+    assert live[r + 1:] == [2] * (LOSS_ROUNDS - r - 1)
+
+
+@pytest.mark.slow
+def test_seedflood_losing_a_node_under_churn_is_one_line(bed):
+    said = bed["lose_seedflood_churn"]["said"]
+    assert re.fullmatch(r"churn: client 2 crashes at round \d+, but strategy 'seedflood' "
+                        r"cannot run with clients leaving: flooding relays every update "
+                        r"over a fixed graph of known diameter, and applies each exactly "
+                        r"once: a missing relay leaves replicas apart for good", said)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["dsgd", "seedflood"])
+def test_a_node_removed_under_restart_ends_as_the_local_run(bed, method):
+    """Back to the last checkpoint, on the node left: the local run, bit for bit."""
+    restart = bed[f"lose_{method}_restart"]
     assert restart["restarts"] == 1 and restart["equal_to_local"]
     (loss,) = restart["actor_losses"]
     assert loss["then"] == "restart" and loss["node"] == restart["removed"][0]
-    assert loss["round"] >= 6
+    assert loss["round"] >= REMOVE_AFTER - 1 and loss["clients"] == [2, 3]
+
+
+@pytest.mark.slow
+def test_a_run_whose_driver_was_killed_resumes_on_the_cluster_as_the_local_run(bed):
+    resumed = bed["resumed"]
+    assert resumed["exit"] == -9 and 5 <= resumed["rows_when_killed"] < 16
+    assert resumed["equal_to_local"]

@@ -322,7 +322,10 @@ def test_a_sweep_gives_each_trial_its_share_of_the_actor_slots(tmp_path):
 def test_a_strategy_that_lets_frozen_weights_be_mapped_never_writes_them(tmp_path, name):
     """What the default ``SharedTensors`` promises, run: every frozen tensor of the process
     (the LoRA base; SubCGE's W for SeedFlood) is bit for bit what it was after two rounds."""
-    cfg = method_config(tmp_path, name, 4)
+    # Combo and DiLoCo default to 40 and 50 local steps a round; two write every trainable
+    # tensor as well, and what they must not write (the frozen ones) is the same
+    steps = {"strategy": {"local_steps": 2}} if name in ("combo", "diloco") else {}
+    cfg = method_config(tmp_path, name, 4, **steps)
     lm = name == "seedflood"  # SubCGE freezes the whole model itself
     cfg.update(rounds=2, task={"name": "lm", "corpus": "shakespeare", "seq_len": 16,
                                "max_tokens": 4_000, "max_eval_sequences": 4},

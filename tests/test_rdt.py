@@ -38,6 +38,23 @@ def big_ring(tmp_path, **sections):
                 faults=FAULTS, **sections)
 
 
+# the local run of each checkpointed config, computed once for the tests that share it
+REFERENCES: dict[str, tuple[list[dict], dict[int, np.ndarray]]] = {}
+
+
+def checkpointed(tmp_path):
+    """Six rounds with a checkpoint every two: late messages cross the checkpoints."""
+    return {**big_ring(tmp_path, checkpoint={"every": 2}), "rounds": 6}
+
+
+def reference_of(base, name):
+    """The local run of ``base``: rows (no wall time) and final vectors, once per ``name``
+    (the run directory is not part of them)."""
+    if name not in REFERENCES:
+        REFERENCES[name] = rows_and_vectors(from_dict(base))
+    return REFERENCES[name]
+
+
 def over_rdt(base, clients_per_actor=2, **ray):
     return from_dict({**base, "backend": "ray",
                       "ray": {"clients_per_actor": clients_per_actor,
@@ -181,9 +198,11 @@ def test_each_actor_takes_one_model_from_each_neighbouring_actor_per_gossip(
 
 def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypatch):
     """Late messages kept by their senders cross the checkpoint: it fetches them."""
-    base = {**big_ring(tmp_path, checkpoint={"every": 2}), "rounds": 6}
-    local, local_vectors = run_capturing(run, from_dict(base), from_dict(base))
-    cfg = over_rdt(base)
+    base = checkpointed(tmp_path)
+    local, local_vectors = reference_of(base, "checkpointed")
+    # 2 actors × 3 clients: ring edges 2–3 and 5–0 cross between them (fresh processes
+    # twice, for the run and its resumption: one less each than with 3 actors)
+    cfg = over_rdt(base, clients_per_actor=3)
     fetch, fetched = direct.DirectPayloads.fetch, []
 
     def counting(self, actors, *queues):
@@ -203,7 +222,7 @@ def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypa
     (partial / "summary.json").unlink()
     resumed, vectors = run_capturing(resume, cfg, partial)
     steady = [{k: v for k, v in r.items() if k != "wall_s"} for r in resumed.rows]
-    assert steady == [{k: v for k, v in r.items() if k != "wall_s"} for r in local.rows]
+    assert steady == local
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
 
@@ -211,9 +230,10 @@ def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypa
 def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(tmp_path, ray_session):
     """The payloads it kept died with it, so the run cannot go on without its clients
     (``churn``): it goes back to its checkpoint with fresh actors instead."""
-    base = {**big_ring(tmp_path, checkpoint={"every": 2}), "rounds": 4}
-    reference, _ = rows_and_vectors(from_dict(base))
-    cfg = over_rdt(base)
+    base = checkpointed(tmp_path)  # the resumed run's config: one local run for both
+    reference, _ = reference_of(base, "checkpointed")
+    # 2 actors × 3 clients: the second killed before round 3, and 2 fresh ones (not 3) after
+    cfg = over_rdt(base, clients_per_actor=3)
     assert cfg.ray.on_actor_death == "churn"
     result = run(cfg, KillsAnActor(engine_for(cfg), 3))
     assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
@@ -227,7 +247,8 @@ def test_no_rdt_here_falls_back_to_the_object_store_with_one_line(tmp_path, ray_
     monkeypatch.setattr(direct.DirectPayloads, "__init__", unavailable)
     base = {**big_ring(tmp_path), "rounds": 2}
     reference, _ = rows_and_vectors(from_dict(base))
-    result = run(over_rdt(base))
+    # 2 actors × 3 clients: the fallback is the same for any number of actors (3 or 2)
+    result = run(over_rdt(base, clients_per_actor=3))
     assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
     assert ("payloads: Ray Direct Transport over gloo is unavailable (RuntimeError: no "
             "torch_gloo backend); using the object store") in capsys.readouterr().out
