@@ -133,12 +133,11 @@ class RayActors:
                     return replan(groups, node.memory_mb, driver_mb if node.driver else 0.0,
                                   share_all)
 
+                known = spread.cluster_nodes(rc, nodes)
                 self.node_memory = check_nodes(self.groups, spread.bundle_nodes(self.group),
-                                               spread.cluster_nodes(rc, nodes), plan_node,
-                                               rc.placement)
+                                               known, plan_node, rc.placement)
                 for node_id, node_plan in self.node_memory.items():
-                    print(f"{spread.cluster_nodes(rc, nodes)[node_id].name}: "
-                          f"{node_plan.describe()}", flush=True)
+                    print(f"{known[node_id].name}: {node_plan.describe()}", flush=True)
         except ConfigError:
             self.close()
             raise
