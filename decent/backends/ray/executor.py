@@ -239,9 +239,10 @@ class RayActors:
         is gone is lost with it, and never handed on. An actor that failed reading one
         (its sender died during this phase) is called again without it."""
         if self.direct is None:
+            inboxes = {i: self.readable(inbox) for i, inbox in inboxes.items()}
+
             def call(i: int, inbox: Inboxes) -> Any:
-                return self.actors[i].run_phase.remote(round_, step, phase,
-                                                       self.readable(inbox), members)
+                return self.actors[i].run_phase.remote(round_, step, phase, inbox, members)
         else:
             handed = {i: self.direct.hand_overs(self.actors, i, inbox)
                       for i, inbox in inboxes.items()}
@@ -255,6 +256,7 @@ class RayActors:
                                          first_loss_ends=self.direct is not None)
         while unread:
             self.find_senders_lost(unread, inboxes, lost)
+            inboxes |= {i: self.readable(inboxes[i]) for i in unread}
             again, more, unread = self._gather({i: call(i, inboxes[i]) for i in unread})
             got |= again
             lost = sorted(lost + more)
