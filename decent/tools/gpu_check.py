@@ -112,7 +112,7 @@ def fractional_actors(out: Path, device: str, gpus: int) -> Outcome:
     local = finish(config(out / "local", device))
     ray_run = finish(on_ray(config(out / "ray", device), num_gpus_per_actor=share,
                             clients_per_actor=2))
-    cpu = finish(config(out / "cpu", "cpu"))
+    cpu = local if device == "cpu" else finish(config(out / "cpu", "cpu"))
     same = ray_run.rows == local.rows
     actors = ray_run.summary["ray_actors"]
     apart = f"differ by {largest_difference(ray_run.rows, local.rows):.3g}"

@@ -84,9 +84,10 @@ def fitting_layout(n: int, nodes: list[Node], plan_node: PlanNode, most_actors: 
     slots = sum(node.slots for node in nodes)
     for actors in range(min(most_actors, slots, n), 0, -1):
         k = math.ceil(n / actors)
-        if placement(n, k) == skip:
+        groups = placement(n, k)
+        if groups == skip:
             continue
-        layout = lay_out(placement(n, k), nodes, plan_node)
+        layout = lay_out(groups, nodes, plan_node)
         if layout is not None:
             return k, layout
     return None
