@@ -34,6 +34,7 @@ from decent.core.schema import (
     validate_fields,
 )
 from decent.engine.compute import ComputeConfig
+from decent.engine.execution import ExecutionConfig, check_execution
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
@@ -176,6 +177,7 @@ class RunConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
@@ -285,6 +287,7 @@ def from_layers(*layers: Any) -> RunConfig:
     fill_schedule_length(cfg)
     cfg.task = TASKS.config(_section(cfg.task, "task"))
     cfg.model = MODELS.config(_section(cfg.model, "model"))
+    check_execution(cfg, STRATEGIES.entry(cfg.strategy.name).build)
     return cfg
 
 

@@ -21,6 +21,7 @@ from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
 from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
+from decent.engine.batched import make_batcher
 from decent.engine.compute import ComputeClock
 from decent.engine.config import RunConfig
 from decent.engine.plan import RunPlan
@@ -137,6 +138,8 @@ class ClientGroup:
             with own_rng(client):
                 client.state = self.strategy.init_state(client, self.shared)
             self.clients[cid] = client
+        self.batcher = make_batcher(cfg.execution, self.strategy, self.base_model,
+                                    self.clients, cfg.n)
         # the global average model is evaluated in the initial model itself (made after
         # the replicas, which copy it), with what the strategy's state_vector needs
         self.probe = Client(cid=-1, model=self.base_model, data=None, device=device,
@@ -183,21 +186,27 @@ class ClientGroup:
         outgoing: list[Message] = []
         compute: dict[int, float] = {}
         for cid in running:
-            client = self.clients[cid]
-            client.steps = 0
-            if self.strategy.phase_method(phase, cid) is None:
-                # not a phase of its role: it computes nothing and sends nothing (listed
-                # all the same, so the clock sees every present client as before)
-                compute[cid] = self.clock.seconds(cid, 0, 0.0)
-                continue
-            attack = self.attacks.get(cid)
+            self.clients[cid].steps = 0
+        # a client for whom this is not a phase of its role computes nothing and sends
+        # nothing (listed all the same, so the clock sees every present client as before)
+        taking = [cid for cid in running if self.strategy.phase_method(phase, cid) is not None]
+
+        def body(cid: int) -> list[Message]:
+            client, attack = self.clients[cid], self.attacks.get(cid)
             client_ctx = ctx if attack is None else dataclasses.replace(
                 ctx, tamper=self._tamper(attack, round_, step, cid))
-            started = time.perf_counter()
             with own_rng(client):
-                sent = self.strategy.run_phase(client, inboxes.get(cid, []), client_ctx)
-            compute[cid] = self.clock.seconds(cid, client.steps,
-                                              time.perf_counter() - started)
+                return self.strategy.run_phase(client, inboxes.get(cid, []), client_ctx)
+
+        ran = self.execute(taking, body)
+        for cid in running:
+            client = self.clients[cid]
+            if cid not in ran:
+                compute[cid] = self.clock.seconds(cid, 0, 0.0)
+                continue
+            sent, wall = ran[cid]
+            attack = self.attacks.get(cid)
+            compute[cid] = self.clock.seconds(cid, client.steps, wall)
             for seq, msg in enumerate(sent):
                 if msg.src != cid:
                     raise StrategyError(
@@ -211,6 +220,17 @@ class ClientGroup:
                 msg.nbytes = wire_size(msg.payload)
             outgoing.extend(sent)
         return outgoing, compute
+
+    def execute(self, cids: list[int], body: Callable[[int], Any]) -> dict[int, tuple[Any, float]]:
+        """``body(cid)`` for each client, one after another or batched: each result and
+        the client's own wall-clock seconds."""
+        if self.batcher is not None:
+            return self.batcher.run(cids, body)
+        out = {}
+        for cid in cids:
+            started = time.perf_counter()
+            out[cid] = (body(cid), time.perf_counter() - started)
+        return out
 
     def _tamper(self, attack: Attack, round_: int, step: int,
                 cid: int) -> Callable[[Any, int], Any] | None:

@@ -170,6 +170,11 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     # True: a joining client gets its model through the method's own messages in its
     # first round (Combo's pulls), so the platform sends it no mean of its neighbours
     pulls_on_join: ClassVar[bool] = False
+    # True: every phase takes its clients' training steps through local_steps with
+    # torch's SGD or AdamW, so a process may run its clients' steps stacked
+    # (execution.mode: batched); batch_note says why a method that cannot, cannot
+    batchable: ClassVar[bool] = False
+    batch_note: ClassVar[str] = ""
     # The phase table, collected from the @phase marks when the class is defined
     phase_table: ClassVar[tuple[Phase, ...]] = ()
 

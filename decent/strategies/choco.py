@@ -65,6 +65,7 @@ class ChocoSGD(Strategy[ChocoState]):
     name = "choco"
     Config = ChocoConfig
     State = ChocoState
+    batchable = True
 
     def __init__(self, cfg: ChocoConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)

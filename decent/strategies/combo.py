@@ -118,6 +118,7 @@ class Combo(Strategy[ComboState]):
     name = "combo"
     Config = ComboConfig
     State = ComboState
+    batchable = True
     pulls_on_join = True
 
     def __init__(self, cfg: ComboConfig, graph: GraphFacts) -> None:

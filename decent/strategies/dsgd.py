@@ -39,6 +39,7 @@ class DSGD(Strategy[DSGDState]):
     name = "dsgd"
     Config = DSGDConfig
     State = DSGDState
+    batchable = True
 
     def init_state(self, client: Client[DSGDState], shared: Any) -> DSGDState:
         return DSGDState(make_optimizer(client.model, self.cfg))

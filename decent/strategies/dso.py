@@ -167,6 +167,7 @@ class DSO(Strategy[DSOState]):
     name = "dso"
     Config = DSOConfig
     State = DSOState
+    batch_note = "a step applies the aggregated gradient, not local steps"
     roles = (AGGREGATOR, WORKER)
 
     def __init__(self, cfg: DSOConfig, graph: GraphFacts) -> None:

@@ -37,6 +37,7 @@ class DZSGD(Strategy[DZSGDState]):
     name = "dzsgd"
     Config = DZSGDConfig
     State = DZSGDState
+    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
 
     def init_state(self, client: Client[DZSGDState], shared: Any) -> DZSGDState:
         return DZSGDState()

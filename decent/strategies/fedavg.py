@@ -101,6 +101,7 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
     name = "fedavg"
     Config = FedAvgConfig
     State = FedAvgState
+    batchable = True
 
     def __init__(self, cfg: FedAvgConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)

@@ -89,6 +89,7 @@ class GASLoC(Strategy[GASLoCState]):
     name = "gasloc"
     Config = GASLoCConfig
     State = GASLoCState
+    batchable = True
 
     def __init__(self, cfg: GASLoCConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)

@@ -12,6 +12,7 @@ from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
 from decent.strategies.inbox import Inbox
+from decent.strategies.step_batching import MixRequest, runner
 
 Tensors = dict[str, torch.Tensor]
 
@@ -30,16 +31,24 @@ def mix_with_neighbours(client: Client[Any], own: Tensors, inbox: Inbox | list[M
     Returns new tensors; ``own`` is not written."""
     if not isinstance(inbox, Inbox):  # the bare messages (a benchmark, a hand-made test)
         inbox = Inbox.of(inbox, client.cid, ctx)
-    w = ctx.graph.weights[client.cid]
-    newest = inbox.newest(tag)
-    keep = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
-                               if j not in newest)
+    keep, weights, newest = mixing_weights(client, inbox, ctx, tag)
     mixed = {name: keep * t for name, t in own.items()}
     for src, msg in newest.items():  # in source order: the sum's order is fixed
         payload = msg.payload if part is None else msg.payload[part]
         for name, value in payload.items():
-            mixed[name] += w[src] * value.to(mixed[name].dtype)
+            mixed[name] += weights[src] * value.to(mixed[name].dtype)
     return mixed
+
+
+def mixing_weights(client: Client[Any], inbox: Inbox, ctx: PhaseContext,
+                   tag: str | None) -> tuple[float, dict[int, float], dict[int, Message]]:
+    """The weight client i keeps for its own tensors (w_ii plus each silent neighbour's),
+    each sender's w_ij, and the newest message (of ``tag``) from each sender."""
+    w = ctx.graph.weights[client.cid]
+    newest = inbox.newest(tag)
+    keep = w[client.cid] + sum(w[j] for j in ctx.graph.neighbors[client.cid]
+                               if j not in newest)
+    return keep, {src: w[src] for src in newest}, newest
 
 
 @torch.no_grad()
@@ -47,5 +56,13 @@ def average_with_neighbours(client: Client[Any], inbox: Inbox | list[Message],
                             ctx: PhaseContext, tag: str | None = None) -> None:
     """Mix the client's trainable tensors with its neighbours' (each message's payload a
     name → tensor dict): θ_i ← Σ_j w_ij θ_j, by :func:`mix_with_neighbours`."""
+    batched = runner()
+    if batched is not None:  # the process mixes its clients together
+        if not isinstance(inbox, Inbox):
+            inbox = Inbox.of(inbox, client.cid, ctx)
+        keep, weights, newest = mixing_weights(client, inbox, ctx, tag)
+        batched(MixRequest(client, keep, weights,
+                           {src: msg.payload for src, msg in newest.items()}))
+        return
     live = params.trainable_params(client.model)
     params.load(client.model, mix_with_neighbours(client, live, inbox, ctx, tag=tag))

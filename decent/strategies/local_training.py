@@ -15,6 +15,7 @@ from decent.models.output_logits import OutputLogits
 from decent.models.router_losses import RouterLogits, RouterLossConfig
 from decent.strategies.base import Client
 from decent.strategies.config import StrategyConfig
+from decent.strategies.step_batching import StepRequest, runner
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -131,8 +132,20 @@ def local_steps(
     z-loss (recorded as ``logit_z_loss``); with ``grad_clip`` on, the gradient's global norm
     is clipped before each step (the mean norm before clipping is recorded as
     ``grad_norm``). The returned mean is the task loss alone."""
-    model, data, generator = client.model, client.data, client.generator
     client.count_steps(steps)
+    request = StepRequest(client, optimizer, task, steps, batch_size, cfg, round_)
+    batched = runner()
+    if batched is not None:  # the process takes its clients' steps together
+        return batched(request)
+    return one_client_steps(request)
+
+
+def one_client_steps(request: StepRequest) -> float:
+    """The steps of :func:`local_steps` for one client alone (sequential execution)."""
+    client, optimizer, task = request.client, request.optimizer, request.task
+    steps, batch_size, cfg, round_ = (request.steps, request.batch_size, request.cfg,
+                                      request.round_)
+    model, data, generator = client.model, client.data, client.generator
     model.train()
     schedule = cfg.lr_schedule if cfg is not None and cfg.lr_schedule.active else None
     router = cfg.router_loss if cfg is not None and cfg.router_loss.active else None

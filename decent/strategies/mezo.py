@@ -31,6 +31,7 @@ class MeZO(Strategy[MeZOState]):
     name = "mezo"
     Config = MeZOConfig
     State = MeZOState
+    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
 
     def init_state(self, client: Client[MeZOState], shared: Any) -> MeZOState:
         return MeZOState()

@@ -112,6 +112,7 @@ class SeedFlood(Strategy[SeedFloodState]):
     name = "seedflood"
     Config = SeedFloodConfig
     State = SeedFloodState
+    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
 
     def __init__(self, cfg: SeedFloodConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)

@@ -155,6 +155,7 @@ class SPES(ServerStar, Strategy[SPESState]):
     name = "spes"
     Config = SPESConfig
     State = SPESState
+    batch_note = "each client trains its own set of experts, frozen by a seed of its own"
 
     def __init__(self, cfg: SPESConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)

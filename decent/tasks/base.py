@@ -31,6 +31,11 @@ class ClientData:
         by :meth:`sample`, or in order by a strategy that visits the whole shard."""
         return self.x[idx], self.y[idx]
 
+    def stack(self, batches: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+        """Batches of several clients (of this kind of data) as one batch with a leading
+        client axis: what batched execution feeds one stacked forward pass."""
+        return tuple(torch.stack(parts) for parts in zip(*batches, strict=True))
+
 
 class Task(ABC):
     # what evaluate() returns, declared so a config naming a metric can be checked early

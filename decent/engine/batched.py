@@ -1,0 +1,192 @@
+"""Batched execution of a process's clients (``execution.mode``): each client's phase runs
+as in sequential mode, in a greenlet of its own, up to its ``local_steps`` call; when every
+client of a chunk has reached that call (or finished), their steps run as one stacked
+computation (:class:`~decent.engine.stacked.ChunkStack`) and each client resumes with its
+own loss.
+
+Switching between greenlets keeps what sequential mode keeps per client: torch's global
+RNG state (each client's own stream, swapped in by ``own_rng``) and the grad mode are
+saved where a client pauses and restored where it resumes, and every client starts from
+the global state the process had, as it does when clients run one after another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from greenlet import getcurrent, greenlet
+
+from decent.core.errors import ConfigError
+from decent.engine.execution import ExecutionConfig
+from decent.engine.stacked import ChunkStack, Signature, unbatchable
+from decent.models import params
+from decent.strategies import step_batching
+from decent.strategies.base import Client, Strategy
+from decent.strategies.local_training import one_client_steps
+from decent.strategies.step_batching import MixRequest, StepRequest
+
+Body = Callable[[int], Any]
+Request = StepRequest | MixRequest
+
+
+def model_problem(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot be stacked over clients (None: it can): batched forward passes
+    need a module without mutable buffers (batch norm's running statistics) and without
+    random layers in training (dropout would draw differently from sequential mode), and
+    one ``torch.func.vmap`` can trace."""
+    for name, module in model.named_modules():
+        if type(module).__module__.startswith("transformers."):
+            # its attention-mask code branches on the data (is any position padded?),
+            # which a vmap over clients cannot trace
+            return "a transformers model (batched execution stacks MLPs and CNNs)"
+        if isinstance(module, torch.nn.modules.batchnorm._NormBase):
+            return f"its layer {name or 'model'} keeps running statistics"
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return f"its layer {name or 'model'} is a dropout (p={module.p})"
+    return None
+
+
+def batching_problem(strategy: Strategy[Any], model: torch.nn.Module) -> str | None:
+    """Why this run's clients cannot be batched (None: they can)."""
+    if not strategy.batchable:
+        return (f"strategy '{strategy.name}' has no stacked local steps "
+                f"({strategy.batch_note or 'its clients do not share one training step'})")
+    problem = model_problem(model)
+    return None if problem is None else f"the model cannot be stacked: {problem}"
+
+
+def make_batcher(execution: ExecutionConfig, strategy: Strategy[Any],
+                 model: torch.nn.Module, clients: dict[int, Client[Any]],
+                 n: int) -> Batcher | None:
+    """The process's batcher, or None for sequential execution (``sequential``, or
+    ``auto`` where the run cannot be batched; ``batched`` then refuses in one line)."""
+    if execution.mode == "sequential":
+        return None
+    problem = batching_problem(strategy, model)
+    if problem is not None:
+        if execution.mode == "batched":
+            raise ConfigError("execution.mode", f"batched: {problem}; use auto (falls back "
+                              "to sequential) or sequential")
+        return None
+    holders = set(strategy.data_holders())
+    trainers = [clients[c] for c in sorted(clients) if c in holders]
+    return Batcher(trainers, min(execution.chunk, n)) if trainers else None
+
+
+class Batcher:
+    """The chunks of a process's training clients: consecutive ``width`` of them in id
+    order, each a :class:`ChunkStack` of ``width`` rows."""
+
+    def __init__(self, clients: list[Client[Any]], width: int) -> None:
+        self.width = width
+        self.chunks = [ChunkStack(clients[k: k + width], width)
+                       for k in range(0, len(clients), width)]
+        self.chunk_of = {c.cid: chunk for chunk in self.chunks for c in chunk.clients}
+
+    def run(self, cids: list[int], body: Body) -> dict[int, tuple[Any, float]]:
+        """``body(cid)`` for each of ``cids`` (in that order, chunk by chunk; clients
+        outside every chunk run alone): its result and the wall-clock seconds that were
+        its own (its share of a stacked computation: in proportion to its steps)."""
+        out: dict[int, tuple[Any, float]] = {}
+        groups: dict[int, list[int]] = {}
+        for cid in cids:
+            chunk = self.chunk_of.get(cid)
+            groups.setdefault(-1 if chunk is None else id(chunk), []).append(cid)
+        previous = step_batching.install(self._pause)
+        try:
+            for cid in groups.pop(-1, []):
+                started = time.perf_counter()
+                out[cid] = (body(cid), time.perf_counter() - started)
+            for members in groups.values():
+                out.update(self._run_chunk(self.chunk_of[members[0]], members, body))
+        finally:
+            step_batching.install(previous)
+        return {cid: out[cid] for cid in cids}
+
+    def _run_chunk(self, chunk: ChunkStack, cids: list[int],
+                   body: Body) -> dict[int, tuple[Any, float]]:
+        threads = {cid: greenlet(lambda c=cid: body(c)) for cid in cids}
+        spent = dict.fromkeys(cids, 0.0)
+        done: dict[int, Any] = {}
+        waiting: dict[int, Request] = {}
+        base, grad = torch.random.get_rng_state(), torch.is_grad_enabled()
+
+        def enter(cid: int, value: Any = None) -> None:
+            # a client starts from the process's state (a paused one restores its own)
+            torch.random.set_rng_state(base)
+            torch.set_grad_enabled(grad)
+            started = time.perf_counter()
+            thread = threads[cid]
+            result = thread.switch(value) if thread else thread.switch()  # started: resume
+            spent[cid] += time.perf_counter() - started
+            if threads[cid].dead:
+                done[cid] = result
+            else:
+                waiting[cid] = result
+
+        for cid in cids:
+            enter(cid)
+        while waiting:
+            asked, waiting = waiting, {}
+            started = time.perf_counter()
+            answers = self._serve(chunk, list(asked.values()))
+            elapsed = time.perf_counter() - started
+            weight = {cid: getattr(req, "steps", 1) for cid, req in asked.items()}
+            total = sum(weight.values()) or 1
+            for cid in asked:
+                spent[cid] += elapsed * weight[cid] / total
+            for cid in cids:
+                if cid in asked:
+                    enter(cid, answers[cid])
+        torch.random.set_rng_state(base)
+        torch.set_grad_enabled(grad)
+        return {cid: (done[cid], spent[cid]) for cid in cids}
+
+    @staticmethod
+    def _serve(chunk: ChunkStack, requests: list[Request]) -> dict[int, Any]:
+        """The requests' answers: the mixes at once, the steps in one stacked computation
+        per signature."""
+        out: dict[int, Any] = {}
+        mixes = [req for req in requests if isinstance(req, MixRequest)]
+        if mixes:
+            chunk.mix(mixes)
+            out.update(dict.fromkeys((req.client.cid for req in mixes), None))
+        by_sig: dict[Signature, list[StepRequest]] = {}
+        for req in requests:
+            if isinstance(req, StepRequest):
+                by_sig.setdefault(Signature.of(req), []).append(req)
+        for group in by_sig.values():
+            out.update(chunk.take_steps(group))
+        return out
+
+    def _pause(self, request: Request) -> Any:
+        """``local_steps`` or a gossip average inside a batched phase: hand the request to
+        the chunk's coordinator and wait for the answer (or serve it here, alone, where
+        it cannot be stacked or the client has no chunk)."""
+        me = getcurrent()
+        chunk = self.chunk_of.get(request.client.cid)
+        if isinstance(request, MixRequest):
+            if me.parent is None or chunk is None or not chunk.can_mix(request):
+                chunk_alone(request)
+                return None
+        elif me.parent is None or chunk is None or unbatchable(request) is not None:
+            return one_client_steps(request)
+        rng, grad = torch.random.get_rng_state(), torch.is_grad_enabled()
+        answer = me.parent.switch(request)
+        torch.random.set_rng_state(rng)
+        torch.set_grad_enabled(grad)
+        return answer
+
+
+def chunk_alone(request: MixRequest) -> None:
+    """One client's mix as sequential mode computes it."""
+    live = params.trainable_params(request.client.model)
+    mixed = {name: request.keep * t for name, t in live.items()}
+    with torch.no_grad():
+        for src, payload in request.payloads.items():
+            for name, value in payload.items():
+                mixed[name] += request.weights[src] * value.to(mixed[name].dtype)
+    params.load(request.client.model, mixed)

@@ -1,0 +1,46 @@
+"""How a process runs its clients: the ``execution`` section, and what it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from decent.core.errors import ConfigError
+from decent.core.schema import at_least, one_of
+
+EXECUTION_MODES = ("sequential", "batched", "auto")
+
+
+@dataclass
+class ExecutionConfig:
+    """How a process runs its clients' local steps: one client after another
+    (``sequential``), or the clients of a process stacked along a client axis and stepped
+    as one computation (``batched``; ``auto``: batched where the strategy and the model
+    allow it, else sequential). ``chunk``: the width of one stacked computation; a
+    process's last, partial chunk is padded to it (to the run's client count where that is
+    smaller), so a client's arithmetic, and its results, do not depend on how clients are
+    grouped into processes."""
+
+    mode: str = one_of(EXECUTION_MODES, "sequential")
+    chunk: int = at_least(1, 256)
+
+
+def check_execution(cfg: Any, strategy: Any) -> None:
+    """``execution.mode: batched`` for a run whose local steps cannot be stacked is
+    refused here, in one line (``auto`` runs it sequentially); what only the built model
+    shows (a dropout, batch norm) is refused when the clients are built."""
+    if cfg.execution.mode != "batched":
+        return
+    problem = None
+    if not getattr(strategy, "batchable", False):
+        note = getattr(strategy, "batch_note", "")
+        problem = (f"strategy '{cfg.strategy.name}' has no stacked local steps"
+                   + (f" ({note})" if note else ""))
+    else:
+        router = getattr(cfg.strategy, "router_loss", None)
+        if (router is not None and router.active) or getattr(cfg.strategy,
+                                                              "logit_z_loss", 0) > 0:
+            problem = "the router and logit z-loss terms are taken one client at a time"
+    if problem is not None:
+        raise ConfigError("execution.mode", f"batched: {problem}; use auto (falls back to "
+                          "sequential) or sequential")

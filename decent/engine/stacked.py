@@ -1,0 +1,316 @@
+"""A chunk of clients whose trainable parameters and optimiser state live in stacked
+tensors ``[width, …]`` and whose local steps run as one computation.
+
+Each client's ``model`` parameters (and its optimiser's state tensors) are views into row
+``r`` of the stacks, so a strategy reads and writes its own client exactly as in
+sequential mode. A view a strategy replaced (``p.data = …``, an optimiser's
+``load_state_dict`` on resume) is noticed before the next steps and copied back in.
+
+The stacks are ``width`` rows wide whatever the number of clients in the chunk (free rows
+are padding): a client's arithmetic then has the same shapes in any grouping of clients
+into processes, which is what makes batched results independent of the grouping (batched
+kernels may pick their blocking, and so their summation order, by shape).
+
+Forward and backward are ``torch.func.vmap`` of ``grad_and_value`` over
+``functional_call`` of one client's module (the architecture every client shares; frozen
+tensors, e.g. a LoRA base, are read once for all rows). The optimiser step is torch's
+SGD (momentum, weight decay) or AdamW, written over the stacks as the same element-wise
+formulas as ``torch.optim``'s single-tensor path, with a learning rate per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.func import functional_call, grad_and_value, vmap
+
+from decent.strategies.base import Client
+from decent.strategies.step_batching import MixRequest, StepRequest
+
+# The optimiser-state tensors of each optimiser (torch.optim's names)
+STATE_KEYS = {torch.optim.SGD: ("momentum_buffer",),
+              torch.optim.AdamW: ("step", "exp_avg", "exp_avg_sq")}
+
+
+def unbatchable(request: StepRequest) -> str | None:
+    """Why ``request``'s steps cannot run stacked (None: they can)."""
+    opt, cfg = request.optimizer, request.cfg
+    if type(opt) not in STATE_KEYS or len(opt.param_groups) != 1:
+        return f"the optimiser {type(opt).__name__} (batched: SGD or AdamW, one group)"
+    group = opt.param_groups[0]
+    if group.get("nesterov") or group.get("dampening") or group.get("amsgrad") \
+            or group.get("maximize"):
+        return "a Nesterov, dampened, AMSGrad or maximising optimiser"
+    if cfg is not None and (cfg.router_loss.active or cfg.logit_z_loss > 0):
+        return "router or logit z-loss terms"
+    return None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the requests of one stacked computation share."""
+
+    optimizer: type
+    batch_size: int
+    hyper: tuple[float, ...]  # momentum, weight decay, betas, eps
+
+    @staticmethod
+    def of(request: StepRequest) -> Signature:
+        group = request.optimizer.param_groups[0]
+        hyper = (group.get("momentum", 0.0), group["weight_decay"],
+                 *group.get("betas", ()), group.get("eps", 0.0))
+        return Signature(type(request.optimizer), request.batch_size, tuple(hyper))
+
+
+class BoundModule:
+    """``module`` called with ``params`` in place of its own (what a task's loss calls)."""
+
+    def __init__(self, module: torch.nn.Module, params: dict[str, torch.Tensor]) -> None:
+        self.module, self.params = module, params
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return functional_call(self.module, self.params, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # config, dtype, …: the module's own
+        return getattr(self.module, name)
+
+
+class ChunkStack:
+    """The clients ``clients`` (at most ``width``) as rows of stacked tensors."""
+
+    def __init__(self, clients: list[Client[Any]], width: int) -> None:
+        self.clients = clients
+        self.width = width
+        self.row = {c.cid: r for r, c in enumerate(clients)}
+        template = clients[0].model
+        self.names = [n for n, p in template.named_parameters() if p.requires_grad]
+        self.params = {n: torch.zeros((width, *p.shape), dtype=p.dtype, device=p.device)
+                       for n, p in template.named_parameters() if p.requires_grad}
+        self.state: dict[str, dict[str, torch.Tensor]] = {}  # key → name → stack
+        for client in clients:
+            self._link_params(client)
+
+    # ------------------------------------------------------------------ views
+    def _trainable(self, client: Client[Any]) -> dict[str, torch.nn.Parameter]:
+        return {n: p for n, p in client.model.named_parameters() if p.requires_grad}
+
+    def _link_params(self, client: Client[Any]) -> None:
+        """Make ``client``'s parameters views of its row (copying in what is not)."""
+        r = self.row[client.cid]
+        for name, p in self._trainable(client).items():
+            view = self.params[name][r]
+            if p.data_ptr() != view.data_ptr():
+                view.copy_(p.data)
+                p.data = view
+
+    def _state_stacks(self, key: str) -> dict[str, torch.Tensor]:
+        if key not in self.state:
+            if key == "step":  # torch.optim keeps a float32 scalar per parameter
+                self.state[key] = {n: torch.zeros(self.width) for n in self.names}
+            else:
+                self.state[key] = {n: torch.zeros_like(s) for n, s in self.params.items()}
+        return self.state[key]
+
+    def _link_state(self, request: StepRequest, keys: tuple[str, ...]) -> None:
+        """Make the optimiser state of the request's client views of its row: copied in
+        where it has state, zeros where it has none yet (torch's initial state: a zero
+        momentum buffer gives the first step's ``buf = d_p`` exactly)."""
+        r = self.row[request.client.cid]
+        params = self._trainable(request.client)
+        for key in keys:
+            stacks = self._state_stacks(key)
+            for name, p in params.items():
+                view = stacks[name][r]
+                held = request.optimizer.state[p].get(key)
+                if held is None:
+                    view.zero_()
+                elif held.data_ptr() != view.data_ptr():
+                    view.copy_(held)
+                request.optimizer.state[p][key] = view
+
+    # ------------------------------------------------------------------ steps
+    def take_steps(self, requests: list[StepRequest]) -> dict[int, float]:
+        """Every request's steps (all of this chunk's clients, one signature); each
+        client's mean loss."""
+        sig = Signature.of(requests[0])
+        keys = STATE_KEYS[sig.optimizer]
+        if sig.optimizer is torch.optim.SGD and sig.hyper[0] == 0:
+            keys = ()  # plain SGD keeps no state
+        for req in requests:
+            self._link_params(req.client)
+            self._link_state(req, keys)
+            req.client.model.train()
+        rows = [self.row[req.client.cid] for req in requests]
+        longest = max(req.steps for req in requests)
+        template = requests[0].client.model
+        task = requests[0].task
+
+        def loss_of(p: dict[str, torch.Tensor], batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            return task.loss(BoundModule(template, p), batch)  # type: ignore[arg-type]
+
+        grad_fn = vmap(grad_and_value(loss_of))
+        losses: dict[int, list[float]] = {r: [] for r in rows}
+        norms: dict[int, list[float]] = {r: [] for r in rows}
+        # rows of this chunk's clients that must not move in a step: clients that asked
+        # for fewer steps, or none (absent, or not in this call); free rows are padding
+        held_rows = [r for r in range(len(self.clients)) if r not in rows]
+        for i in range(longest):
+            active = [(r, req) for r, req in zip(rows, requests, strict=True) if i < req.steps]
+            batch = self._batch([(r, req.client) for r, req in active], sig.batch_size)
+            grads, loss = grad_fn(self.params, batch)
+            still = held_rows + [r for r, req in zip(rows, requests, strict=True)
+                                 if i >= req.steps]
+            clip = requests[0].cfg.grad_clip if requests[0].cfg is not None else 0.0
+            if clip > 0:
+                norm = self._clip(grads, clip)
+                for r, _ in active:
+                    norms[r].append(float(norm[r]))
+            lr = self._learning_rates(active, i)
+            self._update(sig, keys, grads, lr, still)
+            values = loss.tolist()
+            for r, _ in active:
+                losses[r].append(values[r])
+        out = {}
+        for r, req in zip(rows, requests, strict=True):
+            out[req.client.cid] = sum(losses[r]) / req.steps
+            if norms[r]:
+                req.client.stats["grad_norm"] = sum(norms[r]) / req.steps
+        return out
+
+    def _batch(self, active: list[tuple[int, Client[Any]]],
+               batch_size: int) -> tuple[torch.Tensor, ...]:
+        """Each active client's batch, drawn with its own generator (the draws sequential
+        mode makes), at its row; the other rows repeat the first (their results are
+        discarded; a real batch keeps them finite)."""
+        drawn = {r: client.data.sample(batch_size, client.generator)  # type: ignore[union-attr]
+                 for r, client in active}
+        first = next(iter(drawn.values()))
+        data = active[0][1].data
+        return data.stack([drawn.get(r, first) for r in range(self.width)])  # type: ignore[union-attr]
+
+    def _clip(self, grads: dict[str, torch.Tensor], clip: float) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ per row: the global norm over a row's tensors,
+        scaled down to ``clip`` (with torch's 1e-6); the norms before clipping."""
+        per = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()])
+        total = per.norm(dim=0)
+        coef = (clip / (total + 1e-6)).clamp(max=1.0)
+        for g in grads.values():
+            g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+        return total
+
+    def _learning_rates(self, active: list[tuple[int, StepRequest]], i: int) -> torch.Tensor:
+        """Each row's learning rate at its step ``i`` (the schedule's factor at
+        round · steps + i, as sequential mode sets it), also left in the client's
+        optimiser as sequential mode leaves it; 0 where a row takes no step."""
+        lr = torch.zeros(self.width, dtype=torch.float64)
+        for r, req in active:
+            group = req.optimizer.param_groups[0]
+            cfg = req.cfg
+            if cfg is not None and cfg.lr_schedule.active:
+                group["lr"] = cfg.lr * cfg.lr_schedule.factor(req.round_ * req.steps + i)
+            lr[r] = group["lr"]
+        return lr
+
+    @torch.no_grad()
+    def _update(self, sig: Signature, keys: tuple[str, ...], grads: dict[str, torch.Tensor],
+                lr: torch.Tensor, still: list[int]) -> None:
+        keep = torch.zeros(self.width, dtype=torch.bool)
+        keep[still] = True
+        step = OPTIMIZER_STEPS[sig.optimizer]
+        for name in self.names:
+            p = self.params[name]
+            state = {key: self.state[key][name] for key in keys}
+            new_p, new_state = step(p, grads[name], state, lr, sig.hyper)
+            commit(p, new_p, keep)
+            for key, value in new_state.items():
+                commit(state[key], value, keep)
+
+
+    # ------------------------------------------------------------------ gossip
+    def can_mix(self, request: MixRequest) -> bool:
+        names = set(self.names)
+        return all(set(p) == names for p in request.payloads.values())
+
+    @torch.no_grad()
+    def mix(self, requests: list[MixRequest]) -> None:
+        """Every request's θ_i ← keep_i θ_i + Σ_j w_ij θ_j at once: per tensor, one sparse
+        (receivers × distinct payloads) by dense (payloads × size) product over the stack,
+        written into the clients' rows (their parameters are views of them)."""
+        columns: dict[int, int] = {}  # id(payload) → column: a payload sent to several
+        payloads: list[dict[str, torch.Tensor]] = []  # receivers is read once
+        at: list[list[int]] = [[], []]
+        weights: list[float] = []
+        keep = torch.zeros(self.width, dtype=torch.float64)
+        for req in requests:
+            self._link_params(req.client)
+            r = self.row[req.client.cid]
+            keep[r] = req.keep
+            for src, payload in req.payloads.items():
+                if id(payload) not in columns:
+                    columns[id(payload)] = len(payloads)
+                    payloads.append(payload)
+                at[0].append(r)
+                at[1].append(columns[id(payload)])
+                weights.append(req.weights[src])
+        asked = {self.row[req.client.cid] for req in requests}
+        held = torch.tensor([r < len(self.clients) and r not in asked for r in range(self.width)])
+        sparse = torch.sparse_coo_tensor(at, weights, (self.width, len(payloads)),
+                                         dtype=torch.float64, check_invariants=False)
+        for name in self.names:
+            stack = self.params[name]
+            mixed = rows_like(keep.to(stack.dtype), stack) * stack
+            if payloads:
+                dense = torch.stack([p[name] for p in payloads]).to(stack.dtype).flatten(1)
+                mixed += torch.sparse.mm(sparse.to(stack.dtype), dense).view_as(stack)
+            commit(stack, mixed, held)
+
+
+def rows_like(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-row values ``v`` shaped to broadcast over ``like``'s rows."""
+    return v.view(-1, *[1] * (like.dim() - 1))
+
+
+def commit(dst: torch.Tensor, new: torch.Tensor, keep: torch.Tensor) -> None:
+    """``dst ← new`` except in the rows ``keep``."""
+    if bool(keep.any()):
+        new = torch.where(rows_like(keep, dst), dst, new)
+    dst.copy_(new)
+
+
+def sgd_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
+             lr: torch.Tensor, hyper: tuple[float, ...]) -> tuple[torch.Tensor,
+                                                                  dict[str, torch.Tensor]]:
+    """torch.optim.SGD (no dampening, no Nesterov): d = g + λθ; b ← μb + d; θ ← θ − η b."""
+    momentum, weight_decay = hyper[0], hyper[1]
+    d = g if weight_decay == 0 else g + weight_decay * p
+    new: dict[str, torch.Tensor] = {}
+    if momentum != 0:
+        d = new["momentum_buffer"] = state["momentum_buffer"] * momentum + d
+    return p - rows_like(lr.to(p.dtype), p) * d, new
+
+
+def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
+               lr: torch.Tensor, hyper: tuple[float, ...]) -> tuple[torch.Tensor,
+                                                                    dict[str, torch.Tensor]]:
+    """torch.optim.AdamW (single-tensor path): decoupled decay θ ← θ(1 − ηλ), moments
+    m ← lerp(m, g, 1 − β1), v ← β2 v + (1 − β2) g², θ ← θ − η/(1 − β1ᵗ) · m /
+    (√v / √(1 − β2ᵗ) + ε)."""
+    weight_decay, beta1, beta2, eps = hyper[1], hyper[2], hyper[3], hyper[4]
+    step = state["step"] + 1
+    lr_p = rows_like(lr, p)
+    decayed = p * (1 - lr_p * weight_decay).to(p.dtype)
+    m = torch.lerp(state["exp_avg"], g, 1 - beta1)
+    v = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
+    t = step.to(torch.float64)
+    step_size = rows_like(lr / (1 - beta1 ** t), p).to(p.dtype)
+    root = rows_like(torch.sqrt(1 - beta2 ** t), p).to(p.dtype)
+    new_p = decayed - step_size * (m / (v.sqrt() / root + eps))
+    return new_p, {"step": step, "exp_avg": m, "exp_avg_sq": v}
+
+
+OptimizerStep = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+OPTIMIZER_STEPS: dict[type, OptimizerStep] = {torch.optim.SGD: sgd_step,
+                                              torch.optim.AdamW: adamw_step}

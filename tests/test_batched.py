@@ -1,0 +1,203 @@
+"""Batched execution (``execution.mode: batched``): a process's clients step as one stacked
+computation and give sequential mode's results — the same batches, the same step counts
+and learning rates exactly; parameters and optimiser state within float32 rounding (a
+batched kernel sums in another order) — whatever the grouping of clients into processes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from decent.core.errors import ConfigError
+from decent.engine.batched import make_batcher
+from decent.engine.config import from_dict
+from decent.engine.execution import ExecutionConfig
+from decent.engine.group import ClientGroup
+from decent.engine.plan import build_plan
+from decent.run.runner import resume, run
+from tests.helpers import (
+    assert_ray_equals_local,
+    rows_and_vectors,
+    run_capturing,
+    save_fake_cifar,
+    tiny,
+)
+
+# float32 parameters after a few rounds of these small runs: sequential and batched sums
+# differ in their last bits (measured ≤ 6e-8); a wrong step, batch or weight is ≥ 1e-3
+F32_ATOL = 1e-6
+
+STRATEGIES = {
+    "dsgd": ({"name": "dsgd", "local_steps": 3, "lr": 0.1, "momentum": 0.9,
+              "weight_decay": 1e-3}, "ring"),
+    "fedavg": ({"name": "fedavg", "local_steps": 2, "lr": 0.1, "outer_lr": 0.7,
+                "outer_momentum": 0.9, "outer_nesterov": True}, "star"),
+    "diloco": ({"name": "diloco", "local_steps": 3, "lr": 1e-3, "grad_clip": 0.5,
+                "lr_schedule": {"name": "cosine", "warmup_steps": 2}}, "star"),
+    "gasloc": ({"name": "gasloc", "local_steps": 4, "local_steps_min": 1, "lr": 0.05,
+                "optimizer": "adamw"}, "two_peer"),
+    "choco": ({"name": "choco", "local_steps": 2, "lr": 0.1, "gossip_step": 0.5,
+               "compression": {"name": "topk", "keep": 0.05}}, "ring"),
+    "combo": ({"name": "combo", "local_steps": 3, "lr": 0.1, "segments": 2,
+               "replicas": 1}, "ring"),
+}
+
+
+def config(tmp_path: Path, name: str, mode: str, **sections):
+    strategy, topology = STRATEGIES[name]
+    return from_dict(tiny(tmp_path, rounds=4, topology={"name": topology, "n": 6},
+                          strategy=strategy, execution={"mode": mode}, **sections))
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_batched_run_equals_sequential(tmp_path, name):
+    """Whole runs through the engine (router, gossip, evaluation): every metric row and
+    every client's final parameters."""
+    seq_rows, seq = rows_and_vectors(config(tmp_path, name, "sequential"))
+    bat_rows, bat = rows_and_vectors(config(tmp_path, name, "batched"))
+    assert len(seq_rows) == len(bat_rows)
+    for a, b in zip(seq_rows, bat_rows, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    for cid, vec in seq.items():
+        np.testing.assert_allclose(bat[cid], vec, rtol=0, atol=F32_ATOL)
+
+
+def group_after(cfg, rounds: int, cids: list[int] | None = None) -> ClientGroup:
+    """The clients ``cids`` (default: all) in one process after ``rounds`` rounds of
+    their phases with empty inboxes."""
+    group = ClientGroup(cfg, list(range(cfg.n)) if cids is None else cids,
+                        torch.device("cpu"), build_plan(cfg))
+    for r in range(rounds):
+        for step, phase in enumerate(group.strategy.phases(r)):
+            group.run_phase(r, step, phase, {})
+    return group
+
+
+@pytest.mark.parametrize("name", ["dsgd", "diloco", "gasloc"])
+def test_same_batches_steps_and_optimizer_state(tmp_path, name):
+    """SGD with momentum, AdamW with a cosine schedule and clipping, and GASLoC's workers
+    with H_i of their own (the shorter ones masked): the same generator states (the same
+    draws), the same learning rate left in each optimiser, AdamW's step counts equal to
+    the steps each client took, and each state tensor within rounding — held in stacks
+    the clients' tensors are views of."""
+    seq = group_after(config(tmp_path, name, "sequential"), 3)
+    bat = group_after(config(tmp_path, name, "batched"), 3)
+    stacks = {p.untyped_storage().data_ptr() for chunk in bat.batcher.chunks
+              for p in chunk.params.values()}
+    steps_taken = set()
+    for cid in seq.cids:
+        a, b = seq.clients[cid], bat.clients[cid]
+        assert torch.equal(a.generator.get_state(), b.generator.get_state())
+        if a.state.optimizer is None:  # FedAvg's server
+            continue
+        assert [g["lr"] for g in a.state.optimizer.param_groups] == \
+            [g["lr"] for g in b.state.optimizer.param_groups]
+        for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+            torch.testing.assert_close(pb, pa, rtol=0, atol=F32_ATOL)
+            assert pb.untyped_storage().data_ptr() in stacks
+            sa, sb = a.state.optimizer.state[pa], b.state.optimizer.state[pb]
+            assert sa.keys() == sb.keys() and sa
+            for key in sa:
+                if key == "step":
+                    assert float(sb[key]) == float(sa[key])
+                    steps_taken.add(float(sa[key]))
+                else:
+                    torch.testing.assert_close(sb[key], sa[key], rtol=0, atol=F32_ATOL)
+    if name == "gasloc":  # the workers' H_i differ: masking was exercised
+        assert len(steps_taken) > 1
+
+
+def test_churned_out_clients_are_held(tmp_path):
+    """Clients absent in a round keep their rows untouched while their chunk steps."""
+    churn = {"events": [{"round": 1, "client": 2, "kind": "crash"},
+                        {"round": 3, "client": 2, "kind": "join"}], "absent": [4]}
+    seq_rows, seq = rows_and_vectors(config(tmp_path, "dsgd", "sequential", churn=churn))
+    bat_rows, bat = rows_and_vectors(config(tmp_path, "dsgd", "batched", churn=churn))
+    assert [r["round"] for r in seq_rows] == [r["round"] for r in bat_rows]
+    for cid, vec in seq.items():
+        np.testing.assert_allclose(bat[cid], vec, rtol=0, atol=F32_ATOL)
+
+
+@pytest.fixture(scope="module")
+def fake_cifar(tmp_path_factory):
+    return save_fake_cifar(tmp_path_factory.mktemp("cifar") / "saved", 40, 10)
+
+
+def cnn_config(tmp_path: Path, data: Path, **sections):
+    return tiny(tmp_path, rounds=2, topology={"name": "ring", "n": 5},
+                task={"name": "cifar10", "data_dir": str(data)},
+                model={"name": "cnn", "channels1": 4, "channels2": 4, "hidden": 16},
+                strategy={"name": "dsgd", "local_steps": 2, "batch_size": 4, "lr": 0.05,
+                          "momentum": 0.9},
+                execution={"mode": "batched"}, eval={"every": 2}, **sections)
+
+
+def test_cnn_results_do_not_depend_on_the_grouping(tmp_path, fake_cifar):
+    """A batched convolution's summation order depends on how many clients it stacks;
+    chunks padded to a fixed width make every grouping compute the same bits."""
+    cfg = from_dict(cnn_config(tmp_path, fake_cifar))
+    whole = group_after(cfg, 1)
+    for groups in ([[0, 1], [2, 3], [4]], [[0, 2, 4], [1, 3]]):
+        for cids in groups:
+            part = group_after(cfg, 1, cids)
+            assert part.batcher.chunks[0].width == 5
+            for cid in cids:
+                for pa, pb in zip(whole.clients[cid].model.parameters(),
+                                  part.clients[cid].model.parameters(), strict=True):
+                    assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("per_actor", [2, 5])
+def test_batched_ray_equals_local_for_any_grouping(tmp_path, ray_session, fake_cifar,
+                                                  per_actor):
+    """The whole run on Ray with 2 and 5 clients per actor: the local run's rows and
+    every client's final parameters, bit for bit."""
+    assert_ray_equals_local(cnn_config(tmp_path, fake_cifar), per_actor)
+
+
+def test_batched_refusals_and_auto_fallback(tmp_path):
+    """What cannot be stacked is refused under batched, naming execution.mode, and runs
+    sequentially under auto."""
+    for strategy in ({"name": "seedflood"}, {"name": "dso"}):
+        with pytest.raises(ConfigError) as err:
+            from_dict(tiny(tmp_path, strategy=strategy, execution={"mode": "batched"}))
+        assert err.value.field == "execution.mode" and "auto" in str(err.value)
+    with pytest.raises(ConfigError, match="z-loss"):
+        from_dict(tiny(tmp_path, execution={"mode": "batched"},
+                       strategy={"name": "dsgd", "logit_z_loss": 1e-4}))
+    auto = from_dict(tiny(tmp_path, strategy={"name": "seedflood"},
+                          execution={"mode": "auto"}))
+    assert group_after(auto, 0).batcher is None
+    cfg = from_dict(tiny(tmp_path, execution={"mode": "batched"}))
+    group = group_after(cfg, 0)
+    dropout = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1))
+    with pytest.raises(ConfigError, match="dropout"):
+        make_batcher(ExecutionConfig("batched"), group.strategy, dropout, group.clients, 6)
+    assert make_batcher(ExecutionConfig("auto"), group.strategy, dropout, group.clients,
+                        6) is None
+    norm = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    with pytest.raises(ConfigError, match="running statistics"):
+        make_batcher(ExecutionConfig("batched"), group.strategy, norm, group.clients, 6)
+
+
+@pytest.mark.parametrize("name", ["dsgd", "diloco"])
+def test_a_resumed_batched_run_is_the_run_that_never_stopped(tmp_path, name):
+    """A checkpoint restores each optimiser's state as new tensors (load_state_dict):
+    they are stacked again before the next steps, and the run goes on bit for bit."""
+    cfg = config(tmp_path, name, "batched", checkpoint={"every": 2},
+                 faults={"delay": 0.5, "delay_phases": 2})
+    full, full_vectors = run_capturing(run, cfg, cfg)
+    partial = full.run_dir.parent / f".{full.run_dir.name}-killed.partial"
+    shutil.copytree(full.run_dir, partial)
+    (partial / "summary.json").unlink()
+    resumed, vectors = run_capturing(resume, cfg, partial)
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in resumed.rows] == \
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in full.rows]
+    for cid, vec in full_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
