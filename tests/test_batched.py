@@ -5,6 +5,7 @@ batched kernel sums in another order) — whatever the grouping of clients into 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -201,3 +202,78 @@ def test_a_resumed_batched_run_is_the_run_that_never_stopped(tmp_path, name):
         [{k: v for k, v in r.items() if k != "wall_s"} for r in full.rows]
     for cid, vec in full_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
+
+
+def lora_config(tmp_path: Path, mode: str, optimizer: dict, dropout: float = 0.0):
+    return from_dict(tiny(
+        tmp_path, topology={"name": "ring", "n": 4},
+        task={"name": "lm", "corpus": "shakespeare", "seq_len": 32, "max_tokens": 20_000,
+              "partition": "contiguous", "max_eval_sequences": 8},
+        model={"name": "causal_lm", "path": "tiny-llama",
+               "lora": {"enabled": True, "dropout": dropout}},
+        strategy={"name": "dsgd", "local_steps": 3, "batch_size": 4, **optimizer},
+        execution={"mode": mode}))
+
+
+# LoRA with AdamW: Adam's normalised step turns a last-bit difference in a gradient into
+# a difference of up to ~lr · 1e-3 in the adapters (measured 5.7e-6 at lr 1e-2)
+LORA_ATOL = {"sgd": F32_ATOL, "adamw": 1e-5}
+
+
+@pytest.mark.parametrize("optimizer", [
+    {"optimizer": "sgd", "momentum": 0.9, "lr": 0.05},
+    {"optimizer": "adamw", "lr": 1e-2},
+], ids=lambda o: o["optimizer"])
+def test_lora_clients_share_one_forward_and_equal_sequential(tmp_path, optimizer):
+    """A LoRA language model: the clients' batches go through the shared base in one
+    forward, each adapter applied by bmm; the same draws, the same losses and, within
+    rounding, the same adapters as clients trained one at a time."""
+    seq = group_after(lora_config(tmp_path, "sequential", optimizer), 2)
+    bat = group_after(lora_config(tmp_path, "batched", optimizer), 2)
+    assert bat.batcher.chunks[0].lora is not None
+    for cid in seq.cids:
+        a, b = seq.clients[cid], bat.clients[cid]
+        assert torch.equal(a.generator.get_state(), b.generator.get_state())
+        assert b.stats["loss"] == pytest.approx(a.stats["loss"], rel=1e-6)
+        np.testing.assert_allclose(bat.strategy.state_vector(b), seq.strategy.state_vector(a),
+                                   rtol=0, atol=LORA_ATOL[optimizer["optimizer"]])
+
+
+def test_lora_dropout_is_refused_under_batched(tmp_path):
+    """Dropout draws its masks from each client's RNG in sequence; stacked clients
+    would draw differently."""
+    with pytest.raises(ConfigError, match="dropout"):
+        group_after(lora_config(tmp_path, "batched", {"lr": 0.05}, dropout=0.05), 0)
+    assert group_after(lora_config(tmp_path, "auto", {"lr": 0.05}, dropout=0.05),
+                       0).batcher is None
+
+
+def test_lora_prompts_of_different_lengths_are_padded_per_client(tmp_path):
+    """Prompted classification: each client's batch is as long as its longest prompt; in
+    one forward they are right-padded to the longest of all (masked positions after each
+    prompt's last token), and each client's loss and adapters stay its own."""
+    words = ["good", "bad", "a truly wonderful film with a great cast", "dull",
+             "not worth the ticket at all , sadly", "fine", "it drags on and on and on"]
+    folder = tmp_path / "data" / "sst2"
+    folder.mkdir(parents=True)
+    for split, count in (("train", 48), ("dev", 8)):
+        rows = [{"sentence": words[i % len(words)] + " " * (i % 3), "label": i % 2}
+                for i in range(count)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def cfg(mode: str):
+        return from_dict(tiny(
+            tmp_path, topology={"name": "ring", "n": 4},
+            task={"name": "sst2", "data_dir": str(tmp_path / "data"), "num_train": 48,
+                  "num_val": 0, "num_test": 8, "max_length": 32},
+            model={"name": "causal_lm", "path": "tiny-llama",
+                   "lora": {"enabled": True, "dropout": 0.0}},
+            strategy={"name": "dsgd", "local_steps": 2, "batch_size": 3, "lr": 0.05},
+            execution={"mode": mode}))
+
+    seq, bat = group_after(cfg("sequential"), 2), group_after(cfg("batched"), 2)
+    for cid in seq.cids:
+        a, b = seq.clients[cid], bat.clients[cid]
+        assert b.stats["loss"] == pytest.approx(a.stats["loss"], rel=1e-6)
+        np.testing.assert_allclose(bat.strategy.state_vector(b), seq.strategy.state_vector(a),
+                                   rtol=0, atol=F32_ATOL)

@@ -21,7 +21,8 @@ from greenlet import getcurrent, greenlet
 
 from decent.core.errors import ConfigError
 from decent.engine.execution import ExecutionConfig
-from decent.engine.stacked import ChunkStack, Signature, unbatchable
+from decent.engine.stacked import ChunkStack, Signature, is_transformers
+from decent.engine.stacked_lora import adapted_layers
 from decent.models import params
 from decent.strategies import step_batching
 from decent.strategies.base import Client, Strategy
@@ -37,11 +38,12 @@ def model_problem(model: torch.nn.Module) -> str | None:
     need a module without mutable buffers (batch norm's running statistics) and without
     random layers in training (dropout would draw differently from sequential mode), and
     one ``torch.func.vmap`` can trace."""
+    if is_transformers(model) and adapted_layers(model) is None:
+        # its attention-mask code branches on the data (is any position padded?), which
+        # a vmap over clients cannot trace; with LoRA alone trainable, the clients share
+        # one forward through the base instead (stacked_lora)
+        return "a transformers model is stacked through its LoRA adapters: enable model.lora"
     for name, module in model.named_modules():
-        if type(module).__module__.startswith("transformers."):
-            # its attention-mask code branches on the data (is any position padded?),
-            # which a vmap over clients cannot trace
-            return "a transformers model (batched execution stacks MLPs and CNNs)"
         if isinstance(module, torch.nn.modules.batchnorm._NormBase):
             return f"its layer {name or 'model'} keeps running statistics"
         if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
@@ -172,7 +174,7 @@ class Batcher:
             if me.parent is None or chunk is None or not chunk.can_mix(request):
                 chunk_alone(request)
                 return None
-        elif me.parent is None or chunk is None or unbatchable(request) is not None:
+        elif me.parent is None or chunk is None or not chunk.accepts(request):
             return one_client_steps(request)
         rng, grad = torch.random.get_rng_state(), torch.is_grad_enabled()
         answer = me.parent.switch(request)

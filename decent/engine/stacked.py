@@ -27,8 +27,10 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
+from decent.engine.stacked_lora import adapted_layers, lora_grads
 from decent.strategies.base import Client
 from decent.strategies.step_batching import MixRequest, StepRequest
+from decent.tasks.base import Task
 
 # The optimiser-state tensors of each optimiser (torch.optim's names)
 STATE_KEYS = {torch.optim.SGD: ("momentum_buffer",),
@@ -47,6 +49,11 @@ def unbatchable(request: StepRequest) -> str | None:
     if cfg is not None and (cfg.router_loss.active or cfg.logit_z_loss > 0):
         return "router or logit z-loss terms"
     return None
+
+
+def is_transformers(model: torch.nn.Module) -> bool:
+    return any(type(m).__module__.startswith(("transformers.", "peft."))
+               for m in model.modules())
 
 
 @dataclass(frozen=True)
@@ -85,17 +92,29 @@ class ChunkStack:
         self.clients = clients
         self.width = width
         self.row = {c.cid: r for r, c in enumerate(clients)}
-        template = clients[0].model
+        template = self.template = clients[0].model
+        # a transformers model with LoRA: one forward through the shared base, the
+        # clients' adapters by bmm (stacked_lora); any other model: vmap over the stack
+        self.lora = adapted_layers(template) if is_transformers(template) else None
         self.names = [n for n, p in template.named_parameters() if p.requires_grad]
         self.params = {n: torch.zeros((width, *p.shape), dtype=p.dtype, device=p.device)
                        for n, p in template.named_parameters() if p.requires_grad}
         self.state: dict[str, dict[str, torch.Tensor]] = {}  # key → name → stack
+        # each client's trainable parameters, found once (a model's modules are fixed)
+        self.trainable = {c.cid: {n: p for n, p in c.model.named_parameters()
+                                  if p.requires_grad} for c in clients}
         for client in clients:
             self._link_params(client)
 
+    def accepts(self, request: StepRequest) -> bool:
+        """Whether ``request``'s steps can run in this chunk's stacked computation."""
+        if unbatchable(request) is not None:
+            return False
+        return self.lora is None or request.task.splits_losses
+
     # ------------------------------------------------------------------ views
     def _trainable(self, client: Client[Any]) -> dict[str, torch.nn.Parameter]:
-        return {n: p for n, p in client.model.named_parameters() if p.requires_grad}
+        return self.trainable[client.cid]
 
     def _link_params(self, client: Client[Any]) -> None:
         """Make ``client``'s parameters views of its row (copying in what is not)."""
@@ -145,13 +164,7 @@ class ChunkStack:
             req.client.model.train()
         rows = [self.row[req.client.cid] for req in requests]
         longest = max(req.steps for req in requests)
-        template = requests[0].client.model
-        task = requests[0].task
-
-        def loss_of(p: dict[str, torch.Tensor], batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-            return task.loss(BoundModule(template, p), batch)  # type: ignore[arg-type]
-
-        grad_fn = vmap(grad_and_value(loss_of))
+        grad_fn = self._grad_fn(requests[0].task)
         losses: dict[int, list[float]] = {r: [] for r in rows}
         norms: dict[int, list[float]] = {r: [] for r in rows}
         # rows of this chunk's clients that must not move in a step: clients that asked
@@ -180,6 +193,19 @@ class ChunkStack:
                 req.client.stats["grad_norm"] = sum(norms[r]) / req.steps
         return out
 
+    def _grad_fn(self, task: Task) -> Callable[..., tuple[dict[str, torch.Tensor],
+                                                         torch.Tensor]]:
+        """(stacked parameters, stacked batch) → (each row's gradients, each row's loss)."""
+        template = self.template
+        if self.lora is not None:
+            layers = self.lora
+            return lambda p, batch: lora_grads(template, layers, task, p, batch)
+
+        def loss_of(p: dict[str, torch.Tensor], batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            return task.loss(BoundModule(template, p), batch)  # type: ignore[arg-type]
+
+        return vmap(grad_and_value(loss_of))
+
     def _batch(self, active: list[tuple[int, Client[Any]]],
                batch_size: int) -> tuple[torch.Tensor, ...]:
         """Each active client's batch, drawn with its own generator (the draws sequential
@@ -205,14 +231,14 @@ class ChunkStack:
         """Each row's learning rate at its step ``i`` (the schedule's factor at
         round · steps + i, as sequential mode sets it), also left in the client's
         optimiser as sequential mode leaves it; 0 where a row takes no step."""
-        lr = torch.zeros(self.width, dtype=torch.float64)
+        lr = [0.0] * self.width
         for r, req in active:
             group = req.optimizer.param_groups[0]
             cfg = req.cfg
             if cfg is not None and cfg.lr_schedule.active:
                 group["lr"] = cfg.lr * cfg.lr_schedule.factor(req.round_ * req.steps + i)
             lr[r] = group["lr"]
-        return lr
+        return torch.tensor(lr, dtype=torch.float64)
 
     @torch.no_grad()
     def _update(self, sig: Signature, keys: tuple[str, ...], grads: dict[str, torch.Tensor],

@@ -56,6 +56,17 @@ class Task(ABC):
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Training loss of ``model`` on ``batch`` (a scalar tensor with grad)."""
 
+    def example_losses(self, model: torch.nn.Module,
+                       batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The loss of each example of ``batch`` (one row per example; :meth:`loss` is
+        their mean): what a forward pass over several clients' batches at once splits back
+        into each client's loss. Tasks without it run such clients one at a time."""
+        raise NotImplementedError
+
+    @property
+    def splits_losses(self) -> bool:
+        return type(self).example_losses is not Task.example_losses
+
     @abstractmethod
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """Test metrics of ``model``: always ``loss``; ``accuracy`` for classification,

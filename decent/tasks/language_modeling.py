@@ -104,6 +104,14 @@ class LanguageModelingTask(Task):
         logits = model(input_ids=ids).logits
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
 
+    def example_losses(self, model: torch.nn.Module,
+                       batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Each sequence's next-token losses (its row; every row as long)."""
+        (ids,) = batch
+        logits = model(input_ids=ids).logits
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(),
+                               reduction="none").view(ids.shape[0], -1)
+
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         model.eval()

@@ -61,6 +61,14 @@ class TokenizedData(ClientData):
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
         return ids, mask, self.y[idx]
 
+    def stack(self, batches: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+        """Each client's batch right-padded to the longest: masked positions after a
+        prompt's last token, which a causal model's earlier positions never attend to."""
+        width = max(ids.shape[1] for ids, _, _ in batches)
+        return (torch.stack([F.pad(ids, (0, width - ids.shape[1])) for ids, _, _ in batches]),
+                torch.stack([F.pad(m, (0, width - m.shape[1])) for _, m, _ in batches]),
+                torch.stack([y for _, _, y in batches]))
+
 
 def special_prefix(tokenizer: Any) -> list[int]:
     """The special tokens the tokenizer puts before a text (BOS for Llama, ``</s>`` for
@@ -170,6 +178,11 @@ class PromptedTask(Task):
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         ids, mask, y = batch
         return F.cross_entropy(self.class_logits(model, ids, mask), y)
+
+    def example_losses(self, model: torch.nn.Module,
+                       batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        ids, mask, y = batch
+        return F.cross_entropy(self.class_logits(model, ids, mask), y, reduction="none")
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
