@@ -131,12 +131,13 @@ def fake_cifar(tmp_path_factory):
 
 
 def cnn_config(tmp_path: Path, data: Path, **sections):
+    sections = {"execution": {"mode": "batched"}, **sections}
     return tiny(tmp_path, rounds=2, topology={"name": "ring", "n": 5},
                 task={"name": "cifar10", "data_dir": str(data)},
                 model={"name": "cnn", "channels1": 4, "channels2": 4, "hidden": 16},
                 strategy={"name": "dsgd", "local_steps": 2, "batch_size": 4, "lr": 0.05,
                           "momentum": 0.9},
-                execution={"mode": "batched"}, eval={"every": 2}, **sections)
+                eval={"every": 2}, **sections)
 
 
 def test_cnn_results_do_not_depend_on_the_grouping(tmp_path, fake_cifar):
@@ -152,6 +153,15 @@ def test_cnn_results_do_not_depend_on_the_grouping(tmp_path, fake_cifar):
                 for pa, pb in zip(whole.clients[cid].model.parameters(),
                                   part.clients[cid].model.parameters(), strict=True):
                     assert torch.equal(pa, pb)
+
+
+def test_auto_stacks_an_mlp_and_keeps_a_cpu_cnn_sequential(tmp_path, fake_cifar):
+    """A stacked convolution on a CPU is slower than the clients' own (measured in the
+    benchmark): auto runs a CNN one client at a time, an MLP batched."""
+    cnn = cnn_config(tmp_path, fake_cifar, execution={"mode": "auto"})
+    assert group_after(from_dict(cnn), 0).batcher is None
+    mlp = from_dict(tiny(tmp_path, execution={"mode": "auto"}))
+    assert group_after(mlp, 0).batcher is not None
 
 
 @pytest.mark.parametrize("per_actor", [2, 5])

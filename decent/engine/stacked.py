@@ -30,7 +30,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from decent.engine.stacked_lora import adapted_layers, lora_grads
 from decent.strategies.base import Client
 from decent.strategies.step_batching import MixRequest, StepRequest
-from decent.tasks.base import Task
+from decent.tasks.base import ClientData, Task
 
 # The optimiser-state tensors of each optimiser (torch.optim's names)
 STATE_KEYS = {torch.optim.SGD: ("momentum_buffer",),
@@ -100,6 +100,7 @@ class ChunkStack:
         self.params = {n: torch.zeros((width, *p.shape), dtype=p.dtype, device=p.device)
                        for n, p in template.named_parameters() if p.requires_grad}
         self.state: dict[str, dict[str, torch.Tensor]] = {}  # key → name → stack
+        self._store: tuple[torch.Tensor, torch.Tensor] | bool | None = None  # the shards
         # each client's trainable parameters, found once (a model's modules are fixed)
         self.trainable = {c.cid: {n: p for n, p in c.model.named_parameters()
                                   if p.requires_grad} for c in clients}
@@ -211,11 +212,49 @@ class ChunkStack:
         """Each active client's batch, drawn with its own generator (the draws sequential
         mode makes), at its row; the other rows repeat the first (their results are
         discarded; a real batch keeps them finite)."""
+        store = self._data_store(active)
+        if store is not None:  # the examples of every row in one tensor: one gather
+            idx = torch.zeros((self.width, batch_size), dtype=torch.long)
+            for r, client in active:  # ClientData.sample's draw, client by client
+                idx[r] = torch.randint(len(client.data), (batch_size,),  # type: ignore[arg-type]
+                                       generator=client.generator)
+            rows = torch.arange(self.width)[:, None]
+            return tuple(t[rows, idx.to(t.device)] for t in store)
         drawn = {r: client.data.sample(batch_size, client.generator)  # type: ignore[union-attr]
                  for r, client in active}
         first = next(iter(drawn.values()))
         data = active[0][1].data
         return data.stack([drawn.get(r, first) for r in range(self.width)])  # type: ignore[union-attr]
+
+    def _data_store(self, active: list[tuple[int, Client[Any]]]
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The chunk's shards of plain ``ClientData`` (features ``x``, labels ``y``) as two
+        stacked tensors ``[width, largest shard, …]``, each client's shard a view of its
+        row (built once; None for any other kind of data, e.g. prompts of varying length)."""
+        if self._store is False:
+            return None
+        if self._store is None:
+            shards = [c.data for c in self.clients]
+            if any(d is None or type(d) is not ClientData for d in shards) or \
+                    len({id(d) for d in shards}) != len(shards):
+                self._store = False
+                return None
+            longest = max(len(d) for d in shards)  # type: ignore[arg-type]
+            x0, y0 = shards[0].x, shards[0].y  # type: ignore[union-attr]
+            xs = torch.zeros((self.width, longest, *x0.shape[1:]), dtype=x0.dtype,
+                             device=x0.device)
+            ys = torch.zeros((self.width, longest, *y0.shape[1:]), dtype=y0.dtype,
+                             device=y0.device)
+            for r, d in enumerate(shards):
+                n = len(d)  # type: ignore[arg-type]
+                xs[r, :n], ys[r, :n] = d.x, d.y  # type: ignore[union-attr]
+                d.x, d.y = xs[r, :n], ys[r, :n]  # type: ignore[union-attr]
+            self._store = (xs, ys)
+        if any(c.data.x.data_ptr() != self._store[0][self.row[c.cid]].data_ptr()  # type: ignore[union-attr]
+               for _, c in active):
+            self._store = None  # a shard was replaced: stack them again
+            return self._data_store(active)
+        return self._store
 
     def _clip(self, grads: dict[str, torch.Tensor], clip: float) -> torch.Tensor:
         """torch.nn.utils.clip_grad_norm_ per row: the global norm over a row's tensors,
