@@ -54,3 +54,4 @@ bench: install
 	$(PY) benchmarks/spes_memory.py
 	$(PY) benchmarks/dso_bandwidth.py
 	$(PY) benchmarks/seedflood_memory.py --clients 128
+	$(PY) benchmarks/batched_clients.py
