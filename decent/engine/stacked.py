@@ -218,7 +218,7 @@ class ChunkStack:
             for r, client in active:  # ClientData.sample's draw, client by client
                 idx[r] = torch.randint(len(client.data), (batch_size,),  # type: ignore[arg-type]
                                        generator=client.generator)
-            rows = torch.arange(self.width)[:, None]
+            rows = torch.arange(self.width, device=store[0].device)[:, None]
             return tuple(t[rows, idx.to(t.device)] for t in store)
         drawn = {r: client.data.sample(batch_size, client.generator)  # type: ignore[union-attr]
                  for r, client in active}
@@ -326,10 +326,12 @@ class ChunkStack:
                                          dtype=torch.float64, check_invariants=False)
         for name in self.names:
             stack = self.params[name]
-            mixed = rows_like(keep.to(stack.dtype), stack) * stack
+            mixed = rows_like(keep.to(stack.device, stack.dtype), stack) * stack
             if payloads:
-                dense = torch.stack([p[name] for p in payloads]).to(stack.dtype).flatten(1)
-                mixed += torch.sparse.mm(sparse.to(stack.dtype), dense).view_as(stack)
+                dense = torch.stack([p[name].to(stack.device) for p in payloads]
+                                    ).to(stack.dtype).flatten(1)
+                mixed += torch.sparse.mm(sparse.to(stack.device, stack.dtype),
+                                         dense).view_as(stack)
             commit(stack, mixed, held)
 
 
@@ -341,7 +343,7 @@ def rows_like(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def commit(dst: torch.Tensor, new: torch.Tensor, keep: torch.Tensor) -> None:
     """``dst ← new`` except in the rows ``keep``."""
     if bool(keep.any()):
-        new = torch.where(rows_like(keep, dst), dst, new)
+        new = torch.where(rows_like(keep.to(dst.device), dst), dst, new)
     dst.copy_(new)
 
 
@@ -354,7 +356,7 @@ def sgd_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
     new: dict[str, torch.Tensor] = {}
     if momentum != 0:
         d = new["momentum_buffer"] = state["momentum_buffer"] * momentum + d
-    return p - rows_like(lr.to(p.dtype), p) * d, new
+    return p - rows_like(lr.to(p.device, p.dtype), p) * d, new
 
 
 def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
@@ -364,14 +366,14 @@ def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
     m ← lerp(m, g, 1 − β1), v ← β2 v + (1 − β2) g², θ ← θ − η/(1 − β1ᵗ) · m /
     (√v / √(1 − β2ᵗ) + ε)."""
     weight_decay, beta1, beta2, eps = hyper[1], hyper[2], hyper[3], hyper[4]
-    step = state["step"] + 1
+    step = state["step"] + 1  # on the CPU, as torch.optim keeps it
     lr_p = rows_like(lr, p)
-    decayed = p * (1 - lr_p * weight_decay).to(p.dtype)
+    decayed = p * (1 - lr_p * weight_decay).to(p.device, p.dtype)
     m = torch.lerp(state["exp_avg"], g, 1 - beta1)
     v = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
     t = step.to(torch.float64)
-    step_size = rows_like(lr / (1 - beta1 ** t), p).to(p.dtype)
-    root = rows_like(torch.sqrt(1 - beta2 ** t), p).to(p.dtype)
+    step_size = rows_like(lr / (1 - beta1 ** t), p).to(p.device, p.dtype)
+    root = rows_like(torch.sqrt(1 - beta2 ** t), p).to(p.device, p.dtype)
     new_p = decayed - step_size * (m / (v.sqrt() / root + eps))
     return new_p, {"step": step, "exp_avg": m, "exp_avg_sq": v}
 
