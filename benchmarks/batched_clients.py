@@ -52,10 +52,12 @@ peak resident memory (``VmHWM`` of ``/proc/self/status``: interpreter, imports, 
 clients and the rounds' temporaries); the table gives it per arm and batched ÷
 sequential. The arms run one after another, so memory is not measured side by side.
 
-Equivalence. ``experiments/quickstart.yaml`` (DSGD, 16 clients, 100 rounds) runs through
-the runner (:func:`decent.run.runner.run`, W&B off, output under a temporary directory)
-once per mode: its final global-mean-model test accuracy in each, whether they agree to 3
-decimals, and the largest |Δθ| between the two runs' final client parameters.
+Equivalence. The committed quick configs of the batchable methods (``--equivalence``:
+the quick start's DSGD, Combo on digits with and without churn, GASLoC on linear
+regression) run through the runner (:func:`decent.run.runner.run`, W&B off, output under a
+temporary directory) once per mode: the final global-mean-model test accuracy (the loss
+where the task has no accuracy) in each, whether they agree to 3 decimals, and the
+largest |Δθ| between the two runs' final client parameters.
 
 Targets printed next to the figures: MLP batched ≤ 0.2× bare at 64 clients and ≤ 0.1× at
 1 024; CNN batched ≤ 0.5× bare at 64; peak memory batched ≤ 1.2× sequential.
@@ -65,6 +67,7 @@ The output is printed and written to ``--out`` (default
 
     python benchmarks/batched_clients.py [--clients 16 64 256 1024] [--repeats 3]
         [--rounds 5] [--cnn-clients 16 64] [--cnn-rounds 1] [--chunk 256]
+        [--lm-clients 1 4 16] [--lm-chunks 256 4] [--lm-tasks sst2 lm] [--equivalence ...]
 """
 
 from __future__ import annotations
@@ -94,7 +97,10 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "batched_clients.txt"
-QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
+# the committed quick configs of the batchable methods (DSGD, Combo, Combo with churn,
+# GASLoC)
+QUICK_CONFIGS = ["experiments/quickstart.yaml", "experiments/combo/digits.yaml",
+                 "experiments/combo/churn.yaml", "experiments/gasloc/acceleration.yaml"]
 ARMS = ("bare", "sequential", "batched")
 LOCAL_STEPS, BATCH, LR = 5, 32, 0.05
 DIGITS_TRAIN = 1438  # digits' 1 797 rows less the 20 % test split
@@ -316,29 +322,10 @@ def measure_memory(arm: str, case: Case, clients: int, chunk: int, rounds: int,
     return float(json.loads(out.strip().splitlines()[-1])["rss_mb"])
 
 
-def write_fake_cifar(path: Path, train: int, test: int) -> None:
-    """Random 32×32 RGB images in CIFAR-10's hub format, saved with ``datasets``."""
-    import datasets
-    import numpy as np
-    from PIL import Image
-
-    datasets.disable_progress_bars()
-    rng = np.random.default_rng(0)
-
-    def split(n: int) -> Any:
-        images = [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
-                  for _ in range(n)]
-        return datasets.Dataset.from_dict(
-            {"img": images, "label": [i % 10 for i in range(n)]},
-            features=datasets.Features({"img": datasets.Image(),
-                                        "label": datasets.ClassLabel(num_classes=10)}))
-
-    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(path))
-
-
-def equivalence(out_dir: str) -> dict[str, Any]:
-    """The quick-start run in each mode: final GMP accuracy, and the largest |Δθ| between
-    the two runs' final client parameters."""
+def equivalence(config: Path, out_dir: str) -> dict[str, Any]:
+    """The run ``config`` in each mode: its final global-mean-model test metric (accuracy,
+    or the loss of a task without one), and the largest |Δθ| between the two runs' final
+    client parameters."""
     import numpy as np
 
     from decent.backends.local import local_engine
@@ -347,17 +334,36 @@ def equivalence(out_dir: str) -> dict[str, Any]:
 
     got: dict[str, Any] = {}
     for mode in ("sequential", "batched"):
-        cfg = load_config(QUICKSTART, [f"execution.mode={mode}", "tracking.progress=false",
-                                       "tracking.wandb.mode=disabled",
-                                       f"tracking.out_dir={out_dir}"])
+        cfg = load_config(config, [f"execution.mode={mode}", "tracking.progress=false",
+                                   "tracking.wandb.mode=disabled",
+                                   f"tracking.out_dir={out_dir}"])
         engine = local_engine(cfg)
         started = time.perf_counter()
         result = run(cfg, engine=engine)
-        got[mode] = {"acc": result.rows[-1]["gmp_accuracy"], "wall": time.perf_counter() - started,
-                     "vectors": engine.client_vectors(), "clients": cfg.n, "rounds": cfg.rounds}
+        last = result.rows[-1]
+        metric = "gmp_accuracy" if "gmp_accuracy" in last else "gmp_loss"
+        got[mode] = {"metric": metric, "value": last[metric],
+                     "wall": time.perf_counter() - started, "vectors": engine.client_vectors(),
+                     "clients": cfg.n, "rounds": cfg.rounds, "strategy": cfg.strategy.name}
     seq, bat = got["sequential"]["vectors"], got["batched"]["vectors"]
     got["max_dtheta"] = max(float(np.max(np.abs(seq[c] - bat[c]))) for c in seq)
     return got
+
+
+def equivalence_section(say: Report, configs: list[str], out_dir: str) -> None:
+    say()
+    say("== equivalence on the quick configs, through the runner: final GMP test metric "
+        "in each mode, equal to 3 decimals?, largest |Δθ| over every client's final "
+        "parameters, wall time")
+    for config in configs:
+        path = Path(config) if Path(config).is_absolute() else ROOT / config
+        eq = equivalence(path, out_dir)
+        seq, bat = eq["sequential"], eq["batched"]
+        agree = round(seq["value"], 3) == round(bat["value"], 3)
+        say(f"{config} ({seq['strategy']}, {seq['clients']} clients, {seq['rounds']} rounds): "
+            f"{seq['metric']} sequential {seq['value']:.4f}, batched {bat['value']:.4f}; "
+            f"equal to 3 decimals: {'yes' if agree else 'NO'}; max |Δθ| "
+            f"{eq['max_dtheta']:.3g}; wall {seq['wall']:.1f} s / {bat['wall']:.1f} s")
 
 
 # ---------------------------------------------------------------------- language model
@@ -376,7 +382,8 @@ def lm_task(task: str, clients: int, data_dir: str) -> dict[str, Any]:
             "partition": "contiguous", "max_eval_sequences": 8}
 
 
-def lm_config(task: str, clients: int, mode: str, data_dir: str, out_dir: str) -> Any:
+def lm_config(task: str, clients: int, mode: str, data_dir: str, out_dir: str,
+              chunk: int) -> Any:
     """LoRA-DSGD on SmolLM2-135M: one local AdamW step of LM_BATCH examples."""
     from decent.engine.config import from_dict
 
@@ -388,26 +395,29 @@ def lm_config(task: str, clients: int, mode: str, data_dir: str, out_dir: str) -
         "task": lm_task(task, clients, data_dir),
         "model": {"name": "causal_lm", "path": "smollm2-135m",
                   "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0}},
-        "execution": {"mode": mode},
+        "execution": {"mode": mode, "chunk": chunk},
         "eval": {"every": 0, "per_client": False},
         "tracking": {"out_dir": out_dir, "progress": False, "wandb": {"mode": "disabled"}},
     })
 
 
-def lm_group(task: str, clients: int, mode: str, data_dir: str, out_dir: str) -> Any:
+def lm_group(task: str, clients: int, mode: str, data_dir: str, out_dir: str,
+             chunk: int) -> Any:
     from decent.engine.group import ClientGroup
     from decent.engine.plan import build_plan
 
-    cfg = lm_config(task, clients, mode, data_dir, out_dir)
+    cfg = lm_config(task, clients, mode, data_dir, out_dir, chunk)
     return ClientGroup(cfg, list(range(clients)), torch.device("cpu"), build_plan(cfg))
 
 
-def time_lm(task: str, clients: int, repeats: int, data_dir: str) -> dict[str, list[float]]:
+def time_lm(task: str, clients: int, repeats: int, data_dir: str,
+            chunk: int) -> dict[str, list[float]]:
     """Seconds of one local phase (every client one step), per arm and repeat (after a
     warm-up phase each), the arms alternating."""
     seconds: dict[str, list[float]] = {"sequential": [], "batched": []}
     with tempfile.TemporaryDirectory() as out:
-        groups = {mode: lm_group(task, clients, mode, data_dir, out) for mode in seconds}
+        groups = {mode: lm_group(task, clients, mode, data_dir, out, chunk)
+                  for mode in seconds}
         for group in groups.values():
             group.run_phase(0, 0, "local", {})
         for k in range(repeats):
@@ -418,48 +428,50 @@ def time_lm(task: str, clients: int, repeats: int, data_dir: str) -> dict[str, l
     return seconds
 
 
-def one_lm_memory(task: str, mode: str, clients: int, data_dir: str) -> None:
+def one_lm_memory(task: str, mode: str, clients: int, data_dir: str, chunk: int) -> None:
     """In a fresh process: build the clients, run two local phases, print the peak RSS."""
     with tempfile.TemporaryDirectory() as out:
-        group = lm_group(task, clients, mode, data_dir, out)
+        group = lm_group(task, clients, mode, data_dir, out, chunk)
         for r in range(2):
             group.run_phase(r, 0, "local", {})
     print(json.dumps({"rss_mb": peak_rss_mb()}))
 
 
-def measure_lm_memory(task: str, mode: str, clients: int, data_dir: str) -> float:
+def measure_lm_memory(task: str, mode: str, clients: int, data_dir: str, chunk: int) -> float:
     cmd = [sys.executable, __file__, "--one-lm", task, mode, str(clients),
-           "--data-dir", data_dir]
+           "--data-dir", data_dir, "--chunk", str(chunk)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return float(json.loads(out.strip().splitlines()[-1])["rss_mb"])
 
 
 def lm_section(say: Report, tasks: list[str], sizes: list[int], repeats: int, data_dir: str,
-               memory: bool) -> None:
+               memory: bool, chunks: list[int]) -> None:
     say()
     say(f"== LoRA-DSGD on SmolLM2-135M (r 8 on q/v), {LM_BATCH} examples per client step, "
         f"{LM_THREADS} torch threads; one local phase (every client one step): median of "
         f"{repeats} alternating repeats after a warm-up phase; peak RSS of a fresh process "
         "per arm (build + 2 phases). sst2: prompts of varying length (a batch is padded to "
-        "its longest: each client's alone, all clients' together); lm: 64-token Shakespeare "
-        "sequences")
-    say(f"{'task':<5} {'clients':>7} {'seq s':>8} {'batch s':>8} {'seq ex/s':>8} "
+        "its longest: each client's alone, a chunk's together); lm: 64-token Shakespeare "
+        "sequences; chunk: execution.chunk of the batched arm")
+    say(f"{'task':<5} {'clients':>7} {'chunk':>5} {'seq s':>8} {'batch s':>8} {'seq ex/s':>8} "
         f"{'bat ex/s':>8} {'bat÷seq':>8} {'seq MB':>8} {'batch MB':>8} {'mem ratio':>9}  "
         "target")
     for task in tasks:
         for n in sizes:
-            sec = time_lm(task, n, repeats, data_dir)
-            gain = statistics.median(s / b for s, b in zip(sec["sequential"], sec["batched"],
-                                                          strict=True))
-            seq_s = statistics.median(sec["sequential"])
-            bat_s = statistics.median(sec["batched"])
-            examples = n * LM_BATCH
-            mb = {m: measure_lm_memory(task, m, n, data_dir) if memory else float("nan")
-                  for m in ("sequential", "batched")}
-            target = f"≥1.2: {'met' if gain >= 1.2 else 'NOT met'}" if n == 16 else ""
-            say(f"{task:<5} {n:>7} {seq_s:>8.2f} {bat_s:>8.2f} {examples / seq_s:>8.2f} "
-                f"{examples / bat_s:>8.2f} {gain:>8.2f} {mb['sequential']:>8.0f} "
-                f"{mb['batched']:>8.0f} {mb['batched'] / mb['sequential']:>9.2f}  {target}")
+            for chunk in (chunks if n > min(chunks) else chunks[:1]):
+                sec = time_lm(task, n, repeats, data_dir, chunk)
+                gain = statistics.median(s / b for s, b in zip(
+                    sec["sequential"], sec["batched"], strict=True))
+                seq_s = statistics.median(sec["sequential"])
+                bat_s = statistics.median(sec["batched"])
+                examples = n * LM_BATCH
+                mb = {m: measure_lm_memory(task, m, n, data_dir, chunk) if memory
+                      else float("nan") for m in ("sequential", "batched")}
+                target = f"≥1.2: {'met' if gain >= 1.2 else 'NOT met'}" if n == 16 else ""
+                say(f"{task:<5} {n:>7} {chunk:>5} {seq_s:>8.2f} {bat_s:>8.2f} "
+                    f"{examples / seq_s:>8.2f} {examples / bat_s:>8.2f} {gain:>8.2f} "
+                    f"{mb['sequential']:>8.0f} {mb['batched']:>8.0f} "
+                    f"{mb['batched'] / mb['sequential']:>9.2f}  {target}")
 
 
 # ---------------------------------------------------------------------- report
@@ -500,7 +512,7 @@ def git_describe() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, nargs="+", default=[16, 64, 256, 1024],
+    p.add_argument("--clients", type=int, nargs="*", default=[16, 64, 256, 1024],
                    help="training clients of the MLP workloads")
     p.add_argument("--momentum-clients", type=int, nargs="*", default=[64],
                    help="sizes of the DSGD MLP run with momentum 0.9")
@@ -511,20 +523,24 @@ def main() -> None:
                    help="timed CNN rounds per arm and repeat")
     p.add_argument("--chunk", type=int, default=256, help="execution.chunk of the batched arm")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
-    p.add_argument("--no-equivalence", action="store_true", help="skip the quick-start runs")
+    p.add_argument("--equivalence", nargs="*", default=QUICK_CONFIGS,
+                   help="configs run in both modes (none: skip)")
     p.add_argument("--out", default=str(RESULT), help="result file ('-': none)")
     p.add_argument("--lm-clients", type=int, nargs="*", default=[1, 4, 16],
                    help="clients of the SmolLM2 LoRA workload (none: skip it)")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                    help="a folder with sst2/train.jsonl (the SmolLM2 workload)")
     p.add_argument("--lm-tasks", nargs="*", default=list(LM_TASKS), choices=LM_TASKS)
+    p.add_argument("--lm-chunks", type=int, nargs="+", default=[256, 4],
+                   help="execution.chunk values of the SmolLM2 batched arm")
     p.add_argument("--one-lm", nargs=3, metavar=("TASK", "MODE", "CLIENTS"),
                    help=argparse.SUPPRESS)
     p.add_argument("--cifar", help=argparse.SUPPRESS)
     p.add_argument("--one", nargs=3, metavar=("ARM", "CASE", "CLIENTS"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one_lm:
-        one_lm_memory(args.one_lm[0], args.one_lm[1], int(args.one_lm[2]), args.data_dir)
+        one_lm_memory(args.one_lm[0], args.one_lm[1], int(args.one_lm[2]), args.data_dir,
+                      args.chunk)
         return
     torch.set_num_threads(1)
     if args.one:
@@ -550,19 +566,16 @@ def main() -> None:
         cifar = None
         if cnn_work:
             cifar = str(Path(tmp) / "cifar10")
-            write_fake_cifar(Path(cifar), CIFAR_PER_CLIENT * max(args.cnn_clients), CIFAR_TEST)
+            import datasets
 
-        if not args.no_equivalence:
-            eq = equivalence(str(Path(tmp) / "runs"))
-            seq, bat = eq["sequential"], eq["batched"]
-            agree = round(seq["acc"], 3) == round(bat["acc"], 3)
-            say()
-            say(f"== equivalence on the quick configs: {QUICKSTART.relative_to(ROOT)} (DSGD, "
-                f"{seq['clients']} clients, {seq['rounds']} rounds) through the runner")
-            say(f"final GMP test accuracy: sequential {seq['acc']:.4f}, batched {bat['acc']:.4f}"
-                f"; agree to 3 decimals: {'yes' if agree else 'NO'}")
-            say(f"max |Δθ| over every client's final parameters: {eq['max_dtheta']:.3g}; "
-                f"run wall time: sequential {seq['wall']:.1f} s, batched {bat['wall']:.1f} s")
+            from decent.tasks.cifar10 import write_random_cifar10
+
+            datasets.disable_progress_bars()
+            write_random_cifar10(Path(cifar), CIFAR_PER_CLIENT * max(args.cnn_clients),
+                                 CIFAR_TEST)
+
+        if args.equivalence:
+            equivalence_section(say, args.equivalence, str(Path(tmp) / "runs"))
 
         timings = []
         if mlp_work:
@@ -604,7 +617,8 @@ def main() -> None:
         say(f"== SmolLM2 on sst2 skipped: no sst2/train.jsonl under {args.data_dir} "
             "(--data-dir)")
     if args.lm_clients and tasks:
-        lm_section(say, tasks, args.lm_clients, args.repeats, args.data_dir, not args.no_memory)
+        lm_section(say, tasks, args.lm_clients, args.repeats, args.data_dir, not args.no_memory,
+                   args.lm_chunks)
         torch.set_num_threads(1)
     say()
     say(f"total wall time {time.perf_counter() - started:.0f} s")

@@ -29,22 +29,9 @@ def tiny(tmp_path: Path, **sections: Any) -> dict[str, Any]:
 def save_fake_cifar(path: Path, train: int, test: int) -> Path:
     """``train`` / ``test`` random 32×32 RGB images in CIFAR-10's hub format, saved with
     ``datasets`` at ``path`` (what ``task.data_dir`` reads)."""
-    import datasets
-    import numpy as np
-    from PIL import Image
+    from decent.tasks.cifar10 import write_random_cifar10
 
-    rng = np.random.default_rng(0)
-
-    def split(n: int) -> Any:
-        images = [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
-                  for _ in range(n)]
-        return datasets.Dataset.from_dict(
-            {"img": images, "label": [i % 10 for i in range(n)]},
-            features=datasets.Features({"img": datasets.Image(),
-                                        "label": datasets.ClassLabel(num_classes=10)}))
-
-    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(path))
-    return path
+    return write_random_cifar10(path, train, test)
 
 
 def engine_for(cfg: Any) -> Any:

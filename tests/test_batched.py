@@ -156,11 +156,13 @@ def test_cnn_results_do_not_depend_on_the_grouping(tmp_path, fake_cifar):
                     assert torch.equal(pa, pb)
 
 
-def test_auto_stacks_an_mlp_and_keeps_a_cpu_cnn_sequential(tmp_path, fake_cifar):
-    """A stacked convolution on a CPU is slower than the clients' own (measured in the
-    benchmark): auto runs a CNN one client at a time, an MLP batched."""
+def test_auto_stacks_an_mlp_and_keeps_a_cpu_cnn_and_lm_sequential(tmp_path, fake_cifar):
+    """On a CPU a stacked convolution is slower than the clients' own, and a stacked LoRA
+    forward slower and larger at 16 clients (measured in the benchmark): auto runs those
+    one client at a time, an MLP batched."""
     cnn = cnn_config(tmp_path, fake_cifar, execution={"mode": "auto"})
     assert group_after(from_dict(cnn), 0).batcher is None
+    assert group_after(lora_config(tmp_path, "auto", {"lr": 0.05}), 0).batcher is None
     mlp = from_dict(tiny(tmp_path, execution={"mode": "auto"}))
     assert group_after(mlp, 0).batcher is not None
 

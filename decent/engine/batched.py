@@ -61,14 +61,19 @@ def batching_problem(strategy: Strategy[Any], model: torch.nn.Module) -> str | N
 
 
 def slower_batched(model: torch.nn.Module) -> bool:
-    """Whether ``auto`` keeps this model sequential because stacking it is slower: on a
-    CPU a stacked convolution is a grouped one, whose backward took 2× the clients' own
-    convolutions one by one (the CIFAR-10 CNN, 16 clients: 1.36 s against 0.66 s a step,
-    ``benchmarks/batched_clients.py``) — a CNN's step is arithmetic, which stacking does
-    not reduce."""
+    """Whether ``auto`` keeps this model sequential because stacking it is slower or much
+    larger, as measured on a CPU (``benchmarks/batched_clients.py``):
+
+    - a convolution: stacked, it is a grouped one, whose backward took 2× the clients'
+      own convolutions one by one (the CIFAR-10 CNN: 2.1–2.7× the sequential round);
+    - a transformers model: one forward over every client's batch holds every client's
+      activations at once (SmolLM2 LoRA, 16 clients: 4× the memory) and ran at
+      0.6–0.9× the sequential speed at 16 clients (1.0–1.15× at 4).
+
+    Both are arithmetic-bound steps, which stacking does not reduce on a CPU."""
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
-    return on_cpu and any(isinstance(m, torch.nn.modules.conv._ConvNd)
-                          for m in model.modules())
+    return on_cpu and (is_transformers(model) or any(
+        isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules()))
 
 
 def make_batcher(execution: ExecutionConfig, strategy: Strategy[Any],

@@ -100,3 +100,24 @@ class Cifar10Task(LabelledTask):
             loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         n = len(self.y_test)
         return {"accuracy": correct / n, "loss": loss_sum / n}
+
+
+def write_random_cifar10(path: Path, train: int, test: int, seed: int = 0) -> Path:
+    """``train`` / ``test`` random 32×32 RGB images (labels cycling 0..9) saved in
+    CIFAR-10's hub format with ``datasets`` at ``path``: what ``task.data_dir`` reads, for
+    timing a CIFAR-shaped workload or testing without the real images."""
+    import datasets
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+
+    def split(n: int) -> Any:
+        images = [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+                  for _ in range(n)]
+        return datasets.Dataset.from_dict(
+            {"img": images, "label": [i % 10 for i in range(n)]},
+            features=datasets.Features({"img": datasets.Image(),
+                                        "label": datasets.ClassLabel(num_classes=10)}))
+
+    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(path))
+    return path
