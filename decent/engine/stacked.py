@@ -170,7 +170,8 @@ class ChunkStack:
         norms: dict[int, list[float]] = {r: [] for r in rows}
         # rows of this chunk's clients that must not move in a step: clients that asked
         # for fewer steps, or none (absent, or not in this call); free rows are padding
-        held_rows = [r for r in range(len(self.clients)) if r not in rows]
+        asked = set(rows)
+        held_rows = [r for r in range(len(self.clients)) if r not in asked]
         for i in range(longest):
             active = [(r, req) for r, req in zip(rows, requests, strict=True) if i < req.steps]
             batch = self._batch([(r, req.client) for r, req in active], sig.batch_size)

@@ -62,8 +62,8 @@ def lora_grads(model: torch.nn.Module, layers: list[AdaptedLayer], task: Task,
     leaves = {n: t.detach().requires_grad_() for n, t in params.items()}
     hooks = [layer.module.register_forward_hook(low_rank_term(layer, leaves, rows))
              for layer in layers]
-    try:
-        with model.disable_adapter():  # type: ignore[operator]  # peft: the base alone
+    try:  # (a phase may run under no_grad; these gradients are taken here)
+        with torch.enable_grad(), model.disable_adapter():  # type: ignore[operator]
             losses = task.example_losses(model, tuple(t.flatten(0, 1) for t in batch))
     finally:
         for hook in hooks:
