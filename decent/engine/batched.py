@@ -65,10 +65,10 @@ def slower_batched(model: torch.nn.Module) -> bool:
     larger, as measured on a CPU (``benchmarks/batched_clients.py``):
 
     - a convolution: stacked, it is a grouped one, whose backward took 2× the clients'
-      own convolutions one by one (the CIFAR-10 CNN: 2.1–2.7× the sequential round);
+      own convolutions one by one (the CIFAR-10 CNN: 1.9–2.6× the sequential round);
     - a transformers model: one forward over every client's batch holds every client's
-      activations at once (SmolLM2 LoRA, 16 clients: 4× the memory) and ran at
-      0.6–0.9× the sequential speed at 16 clients (1.0–1.15× at 4).
+      activations at once (SmolLM2 LoRA, 16 clients: 3.6–4.2× the memory) and ran at
+      0.66–0.91× the sequential speed at 16 clients (0.94–1.29× at 4).
 
     Both are arithmetic-bound steps, which stacking does not reduce on a CPU."""
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
