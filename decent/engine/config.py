@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from decent.core.schema import (
 )
 from decent.engine.compute import ComputeConfig
 from decent.engine.execution import ExecutionConfig, check_execution
+from decent.engine.overrides import delete_key, drop_foreign_fields
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
@@ -202,18 +204,36 @@ class RunConfig:
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read ``path`` (optional), apply dotlist ``overrides`` and validate everything."""
-    layers = []
-    if path is not None:
-        layers.append(OmegaConf.create(read_yaml(Path(path))))
-    for item in overrides:
+    """Read ``path`` (optional), apply dotlist ``overrides`` and validate everything.
+
+    ``~key`` deletes ``key`` from the file (Hydra's syntax). An override that names another
+    component (``strategy.name=seedflood``) drops the file's fields of that section which
+    the new component does not declare, saying which in one line on stderr once the config
+    is valid: the file's DSGD ``local_steps`` means nothing to SeedFlood."""
+    layers, notes = [], []
+    deletions = [item[1:] for item in overrides if item.startswith("~")]
+    plain = [item for item in overrides if not item.startswith("~")]
+    for item in plain:
         if "=" not in item:
-            raise ConfigError("overrides", f"'{item}' is not key=value (e.g. strategy.lr=0.1)")
+            raise ConfigError("overrides", f"'{item}' is not key=value (e.g. strategy.lr=0.1) "
+                              "or ~key (deletes key)")
+    if path is not None:
+        data = read_yaml(Path(path))
+        for key in deletions:
+            delete_key(data, key, path)
+        notes = drop_foreign_fields(data, plain, path)
+        layers.append(OmegaConf.create(data))
+    elif deletions:
+        raise ConfigError("overrides", f"~{deletions[0]}: there is no config file to delete "
+                          "it from")
     try:
-        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        layers.append(OmegaConf.from_dotlist(plain))
     except OmegaConfBaseException as exc:
         raise ConfigError("overrides", str(exc).splitlines()[0]) from None
-    return from_layers(*layers)
+    cfg = from_layers(*layers)
+    for note in notes:  # once the config is valid: a refusal stays one line
+        print(note, file=sys.stderr)
+    return cfg
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
