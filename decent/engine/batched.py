@@ -26,6 +26,7 @@ from decent.engine.stacked_lora import adapted_layers
 from decent.models import params
 from decent.strategies import step_batching
 from decent.strategies.base import Client, Strategy
+from decent.strategies.gossip import weighted_sum
 from decent.strategies.local_training import one_client_steps
 from decent.strategies.step_batching import MixRequest, StepRequest
 
@@ -190,7 +191,7 @@ class Batcher:
         chunk = self.chunk_of.get(request.client.cid)
         if isinstance(request, MixRequest):
             if me.parent is None or chunk is None or not chunk.can_mix(request):
-                chunk_alone(request)
+                mix_alone(request)
                 return None
         elif me.parent is None or chunk is None or not chunk.accepts(request):
             return one_client_steps(request)
@@ -201,12 +202,8 @@ class Batcher:
         return answer
 
 
-def chunk_alone(request: MixRequest) -> None:
+def mix_alone(request: MixRequest) -> None:
     """One client's mix as sequential mode computes it."""
     live = params.trainable_params(request.client.model)
-    mixed = {name: request.keep * t for name, t in live.items()}
-    with torch.no_grad():
-        for src, payload in request.payloads.items():
-            for name, value in payload.items():
-                mixed[name] += request.weights[src] * value.to(mixed[name].dtype)
-    params.load(request.client.model, mixed)
+    params.load(request.client.model, weighted_sum(live, request.keep, request.weights,
+                                                   request.payloads))

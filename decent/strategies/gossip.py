@@ -32,9 +32,17 @@ def mix_with_neighbours(client: Client[Any], own: Tensors, inbox: Inbox | list[M
     if not isinstance(inbox, Inbox):  # the bare messages (a benchmark, a hand-made test)
         inbox = Inbox.of(inbox, client.cid, ctx)
     keep, weights, newest = mixing_weights(client, inbox, ctx, tag)
+    return weighted_sum(own, keep, weights, {
+        src: msg.payload if part is None else msg.payload[part] for src, msg in newest.items()})
+
+
+@torch.no_grad()
+def weighted_sum(own: Tensors, keep: float, weights: dict[int, float],
+                 payloads: dict[int, Tensors]) -> Tensors:
+    """keep · own + Σ_j w_j payload_j, tensor by tensor, in source order (the sum's order
+    is fixed); received values cast to ``own``'s dtypes. New tensors."""
     mixed = {name: keep * t for name, t in own.items()}
-    for src, msg in newest.items():  # in source order: the sum's order is fixed
-        payload = msg.payload if part is None else msg.payload[part]
+    for src, payload in payloads.items():
         for name, value in payload.items():
             mixed[name] += weights[src] * value.to(mixed[name].dtype)
     return mixed
