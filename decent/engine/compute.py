@@ -49,10 +49,13 @@ SPEED_SALT = 0x7370  # keeps speed draws independent of every other per-client s
 
 @dataclass
 class ComputeConfig:
+    # none: compute is free; measured: the phase's wall time ÷ the client's speed factor; modelled:
+    # steps × FLOPs per step ÷ (device_tflops · 10¹² × speed factor)
     mode: str = one_of(COMPUTE_MODES, "none")
     flops_per_step: float | None = positive(None, nullable=True)  # None: as `flops` says
     flops: str = one_of(FLOPS_COUNTS, "6nb")  # how to find the step's FLOPs when not stated
     device_tflops: float = positive(10.0)  # a client device's sustained throughput
+    # each client's speed factor (a heterogeneous fleet), drawn once from the run seed and client id
     speed_spread: Spread = field(default_factory=Spread)
     speeds: list[float] = positive([], each=True)  # one factor per client; overrides spread
 

@@ -68,6 +68,7 @@ class TargetConfig:
     """A value of an evaluated metric to reach: the summary reports when it first is."""
 
     metric: str | None = text()  # e.g. gmp_accuracy; None: no target
+    # the value of `metric` to reach
     value: float = number(0.0)
     # max: reached when metric ≥ value; min: when ≤; auto: min for losses, perplexities and
     # distances, max otherwise
@@ -81,6 +82,7 @@ class EvalConfig:
     # also the starting model, before round 0: the summary's initial_<metric> (a zero-shot
     # baseline measured on the run's own test set)
     initial: bool = False
+    # a metric value to reach: the summary reports when it first was
     target: TargetConfig = field(default_factory=TargetConfig)
 
 
@@ -118,6 +120,7 @@ class RayConfig:
     # with Ray Direct Transport (the sender keeps them; NCCL between GPU actors, Gloo
     # between CPU actors); auto: RDT on GPU actors, the object store on CPU actors
     payload_transport: str = one_of(("auto", "object_store", "rdt"), "auto")
+    # restarts from the last checkpoint allowed before the run fails (on_actor_death=restart)
     max_restarts: int = at_least(0, 3)
     # on a Ray the run did not start (a notebook, a script running several configs), hand
     # the actor processes back at the end for the next run to build its clients in,
@@ -127,16 +130,23 @@ class RayConfig:
 
 @dataclass
 class WandbConfig:
+    # offline: logged to <run_dir>/wandb (wandb sync uploads it); online; disabled
     mode: str = one_of(WANDB_MODES, "offline")
+    # the W&B project
     project: str = text("decent", nullable=False)
+    # the W&B entity (user or team); None: your default
     entity: str | None = text()
+    # the W&B group; sweeps set it to the sweep's name
     group: str | None = text()
 
 
 @dataclass
 class TrackingConfig:
+    # folder that holds the run directories
     out_dir: str = text("runs", nullable=False)
+    # show a progress bar while the run runs
     progress: bool = True
+    # Weights & Biases logging
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -146,6 +156,7 @@ class SweepConfig:
 
     # dotted key → values, e.g. {strategy.lr: [0.1, 0.01], topology.n: [16, 32]}
     grid: dict[str, Any] = field(default_factory=dict, metadata={CHECK: Check()})
+    # seeds per grid point: seed, seed+1, ...
     seeds: int = at_least(1, 1)
     parallel: int | None = at_least(1, None, nullable=True)  # None: as resources allow
 
@@ -157,13 +168,19 @@ class SweepConfig:
 
 @dataclass
 class RunConfig:
+    # the run's name: its directory is <out_dir>/<name>-<date>-<time>-<id>
     name: str = text("run", nullable=False)
+    # seeds everything random in the run (data split, model init, batches, faults)
     seed: int = seed_field(0)
+    # communication rounds to run
     rounds: int = at_least(1, 10)
+    # local: every client in this process; ray: clients hosted by Ray actors
     backend: str = one_of(BACKENDS, "local")
+    # where clients compute; auto: cuda when a GPU is visible, else cpu
     device: str = one_of(DEVICES, "auto")
     # per process; fixed so that results do not depend on the machine
     torch_threads: int = at_least(1, 1)
+    # the communication graph: who may send to whom
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     # component sections: a mapping with a `name` as written, the config dataclass of the
     # component it names once validated (the strategy's is a StrategyConfig: what the
@@ -171,15 +188,25 @@ class RunConfig:
     strategy: Any = field(default_factory=lambda: {"name": "dsgd"})
     task: Any = field(default_factory=lambda: {"name": "digits"})
     model: Any = field(default_factory=lambda: {"name": "mlp"})
+    # the simulated network: link and node bandwidths, latencies
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    # the simulated compute clock: what a local step costs each client
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    # message drops, delays, partitions and Byzantine clients
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    # clients that leave, join and crash during the run
     churn: ChurnConfig = field(default_factory=ChurnConfig)
+    # when to save the run's state for `decent resume`
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # the grid `decent sweep` runs from this file
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    # when and what to evaluate
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # the Ray backend: actors, resources, placement, transport
     ray: RayConfig = field(default_factory=RayConfig)
+    # how a process runs its clients: one after another, or stacked
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    # where results go: run directory, progress bar, Weights & Biases
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property

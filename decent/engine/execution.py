@@ -21,7 +21,10 @@ class ExecutionConfig:
     smaller), so a client's arithmetic, and its results, do not depend on how clients are
     grouped into processes."""
 
+    # sequential: clients one after another; batched: a chunk of clients as one stacked computation
+    # (refused where it cannot be exact); auto: batched where supported and measured faster
     mode: str = one_of(EXECUTION_MODES, "sequential")
+    # batched: at most this many clients stacked in one computation
     chunk: int = at_least(1, 256)
 
 

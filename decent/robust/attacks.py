@@ -45,6 +45,8 @@ ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay", "forge")
 
 @dataclass
 class AttackConfig:
+    # sign_flip, scale (× factor), gaussian / random noise (std), replay an old payload (lag), forge
+    # a payload
     name: str = one_of(ATTACKS, "sign_flip")
     factor: float = number(-4.0)  # ``scale``
     std: float = at_least(0, 1.0)  # ``gaussian`` and ``random``

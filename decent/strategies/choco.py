@@ -40,6 +40,7 @@ class ChocoConfig(LocalTrainingConfig):
 
     name: str = "choco"
     gossip_step: float = in_range(1.0, 0, 1, lo_open=True)  # γ; the SeedFlood paper's 1
+    # how the differences q_i = C(θ_i − θ̂_i) are compressed (Top-K 1% by default)
     compression: CompressionConfig = field(
         default_factory=lambda: CompressionConfig(name="topk", keep=0.01)
     )

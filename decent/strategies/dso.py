@@ -96,11 +96,15 @@ class DSOConfig(StrategyConfig):
         return self.batch_size
 
     name: str = "dso"
+    # examples per gradient
     batch_size: int = at_least(1, 8)
     optimizer: str = one_of(OPTIMIZERS, "sgd")  # the step every client takes with g_agg
+    # the learning rate of every client's step with the aggregate
     lr: float = positive(0.05)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
+    # AdamW's (β1, β2)
     betas: list[float] = adamw_betas()
+    # the step's weight decay
     weight_decay: float = at_least(0, 0.0)
     aggregator: str = one_of(AGGREGATORS, "trimmed_mean")  # over an aggregator's workers
     # over G, one aggregate per aggregator: the aggregators are not Byzantine unless
@@ -110,6 +114,7 @@ class DSOConfig(StrategyConfig):
     # verified), so a worker counts the same whatever the size of its tier
     top_aggregator: str = one_of(TOP_AGGREGATORS, "mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
+    # aggregators drop payloads whose SHA3 commitment does not match
     verify_commitments: bool = True
     # what travels, the section every method uses: Top-k + INT8 (DSO's, `keep` the
     # fraction per tensor), Top-k, INT8 or dense (`identity`: `keep` and `semantic`
@@ -121,11 +126,16 @@ class DSOConfig(StrategyConfig):
     # every worker (the report's fixed public probe set); `private`, the worker's own shard,
     # which decides the kept indices — they travel un-noised, so DP refuses it
     probe: str = one_of(PROBES, "public")
+    # rounds between recomputing the sensitivity s (semantic Top-k)
     sensitivity_every: int = at_least(1, 1000)
+    # batches the sensitivity s is estimated on
     probe_batches: int = at_least(1, 4)
+    # peers each aggregator sends its set G to per gossip round
     fanout: int = at_least(1, 4)
+    # epidemic gossip rounds between aggregators per step
     gossip_rounds: int = at_least(1, 3)
     asynchronous: bool = False  # workers of different speeds, nobody waits (see above)
+    # differential privacy: clip and Gaussian noise on every update
     dp: DPConfig = field(default_factory=DPConfig)
 
     @property

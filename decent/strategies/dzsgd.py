@@ -25,6 +25,7 @@ from decent.strategies.zo_training import ZOStepConfig, zo_steps
 @dataclass
 class DZSGDConfig(ZOStepConfig):
     name: str = "dzsgd"
+    # the dtype parameters travel in (bfloat16 halves the bytes)
     wire_dtype: str = wire_dtype_field()
 
 

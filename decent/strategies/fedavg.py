@@ -39,8 +39,11 @@ SERVER = 0
 class OuterStepConfig(LocalTrainingConfig):
     """The server's outer optimiser: SGD on the mean pseudo-gradient (lr 1: FedAvg)."""
 
+    # the server's outer learning rate (1 with no momentum: FedAvg)
     outer_lr: float = positive(1.0)
+    # the outer SGD momentum
     outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)
+    # Nesterov momentum for the outer step
     outer_nesterov: bool = False
 
     def validate(self, prefix: str = "strategy") -> None:

@@ -58,14 +58,18 @@ class GASLoCConfig(LocalTrainingConfig):
     RENAMED: ClassVar[dict[str, str]] = {"inner_momentum": "momentum"}
 
     name: str = "gasloc"
+    # the inner optimiser
     optimizer: str = one_of(OPTIMIZERS, "adamw")
+    # the inner learning rate
     lr: float = positive(4e-4)
     outer_lr: float = positive(1.0)  # η
     gossip_step: float = positive(1.0)  # α
     outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)  # γ (0: plain GASLoC)
     edge_weights: str = one_of(EDGE_WEIGHTS, "mixing")  # λ_ij
     local_steps_min: int = at_least(0, 0)  # > 0: H_i ~ U{local_steps_min..local_steps}
+    # H_i for each worker (one per client); overrides local_steps and local_steps_min
     local_steps_per_worker: list[int] | None = at_least(1, None, nullable=True, each=True)
+    # the dtype proposals travel in (bfloat16 halves the bytes)
     wire_dtype: str = wire_dtype_field()
 
     def validate(self, prefix: str = "strategy") -> None:

@@ -73,18 +73,27 @@ class SPESConfig(OuterStepConfig):
     router coefficients (0.01, 0.001); merging T_w = 12 500, M = 500, α_0 = 0.1, K = 4."""
 
     name: str = "spes"
+    # inner steps between synchronisations (the paper's 100)
     local_steps: int = at_least(1, 100)
+    # the inner optimiser (the paper's AdamW)
     optimizer: str = one_of(OPTIMIZERS, "adamw")
+    # the inner peak learning rate (the paper's 5e-4)
     lr: float = positive(5e-4)
+    # AdamW's (β1, β2) (the paper's (0.9, 0.95))
     betas: list[float] = adamw_betas((0.9, 0.95))
+    # the inner AdamW's weight decay (the paper's 0.1)
     weight_decay: float = at_least(0, 0.1)
+    # the gradient's global norm is clipped to this before each inner step
     grad_clip: float = at_least(0, 1.0)
+    # 2 000 warm-up steps, then cosine decay to 0.1 · lr (the paper's)
     lr_schedule: LRScheduleConfig = field(default_factory=lambda: LRScheduleConfig(
         name="cosine", warmup_steps=2000, min_lr_ratio=0.1))
+    # the output-logit z-loss coefficient (the authors' configs: 1e-5)
     logit_z_loss: float = at_least(0, 1e-5)
     # expert e → worker: contiguous blocks (e·N // E), round robin (e mod N), or the
     # client ids listed in expert_owner (one per expert index)
     partition: str = one_of(PARTITIONS, "contiguous")
+    # partition=explicit: the worker that owns each expert, one id per expert index
     expert_owner: list[int] = at_least(1, [], each=True)
     merge_warmup_steps: int = at_least(0, 12_500)  # T_w in inner steps; 0: no merging
     merge_every: int = at_least(1, 500)  # M, a multiple of local_steps
@@ -95,6 +104,7 @@ class SPESConfig(OuterStepConfig):
     merge_task_vectors: str = one_of(TASK_VECTORS, "mean")
     # similarity of the gate projections (the authors' w1), or of gate ‖ up
     merge_similarity: str = one_of(SIMILARITY, "gate")
+    # OLMoE's router coefficients: balance 0.01, z 0.001
     router_loss: RouterLossConfig = field(
         default_factory=lambda: RouterLossConfig(balance=0.01, z=0.001))
 

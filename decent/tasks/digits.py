@@ -22,9 +22,12 @@ from decent.tasks.partition import PARTITIONS
 @dataclass
 class DigitsConfig:
     name: str = text("digits", nullable=False)
+    # how the training set is split: iid, dirichlet (by label, alpha), shards
     partition: str = one_of(PARTITIONS, "iid")
     alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
+    # partition=shards: McMahan's sorted-label shards per client
     shards_per_client: int = at_least(1, 2)
+    # the share of the 1 797 images held out for testing
     test_fraction: float = in_range(0.2, 0, 1, lo_open=True, hi_open=True)
 
 

@@ -5,6 +5,8 @@
     decent verify RUN_DIR                    check a run's checkpoints, rows and summary
     decent topo NAME --n 16 [...]            describe a communication graph
     decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
+    decent config show CONFIG [key=value ...] the resolved config, every default filled in
+    decent config schema SECTION             a section's fields, defaults and allowed values
 """
 
 from __future__ import annotations
@@ -66,6 +68,21 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor_gpu()
 
 
+def _config(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        from decent.engine.config import load_config, to_yaml
+
+        print(to_yaml(load_config(args.target, args.overrides)), end="")
+        return 0
+    if args.overrides:
+        raise UsageError(f"unrecognized arguments: {' '.join(args.overrides)} (config schema "
+                         "takes one SECTION)")
+    from decent.tools.config_docs import schema_text
+
+    print(schema_text(args.target))
+    return 0
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from decent.tools.sweep import sweep
 
@@ -85,7 +102,7 @@ def _report(args: argparse.Namespace) -> int:
 
     by = None if args.by is None else [k for k in args.by.split(",") if k]
     folder = make_report(args.paths, args.metric, by, args.out, args.columns, args.paired,
-                         args.at)
+                         args.at, args.facet, args.color, args.style)
     print(f"report: {folder / 'report.md'}")
     return 0
 
@@ -179,14 +196,37 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+# The docs page each command's help points to; `make docs` builds the site into site/.
+DOCS = {
+    "decent": "docs/index.md",
+    "run": "docs/get-started/first-experiment.md, docs/guides/configs.md",
+    "sweep": "docs/guides/sweeps-and-reports.md",
+    "report": "docs/guides/sweeps-and-reports.md",
+    "resume": "docs/guides/churn-and-resume.md",
+    "verify": "docs/guides/churn-and-resume.md",
+    "doctor": "docs/guides/gpus.md",
+    "topo": "docs/guides/topologies.md",
+    "config": "docs/guides/configs.md, docs/guides/config-reference.md",
+}
+
+
+def docs_epilog(command: str) -> str:
+    return f"details: {DOCS[command]} (make docs builds the site)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="decent", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="decent", description=__doc__.split("\n\n")[0],
+                      epilog=docs_epilog("decent"))
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    r = sub.add_parser("run", help="run an experiment from a YAML config")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, epilog=docs_epilog(name), **kwargs)
+
+    r = command("run", help="run an experiment from a YAML config")
     r.add_argument("config", help="YAML config file (e.g. experiments/quickstart.yaml)")
     r.add_argument("overrides", nargs="*", help="key=value overrides, e.g. strategy.lr=0.1")
     r.set_defaults(func=_run)
-    w = sub.add_parser("sweep", help="run a grid of configs × seeds on Ray Tune")
+    w = command("sweep", help="run a grid of configs × seeds on Ray Tune")
     w.add_argument("config", help="YAML config file (its sweep: section adds to --grid)")
     w.add_argument("overrides", nargs="*", help="key=value overrides for every trial")
     w.add_argument("--grid", nargs="+", metavar="KEY=V1,V2",
@@ -196,7 +236,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--dir", help="sweep directory (default: <out_dir>/<name>-sweep); "
                    "the same directory again continues the sweep")
     w.set_defaults(func=_sweep)
-    o = sub.add_parser("report", help="a table and plots from finished runs or sweeps")
+    o = command("report", help="a table and plots from finished runs or sweeps")
     o.add_argument("paths", nargs="+", help="run or sweep directories (searched recursively)")
     o.add_argument("--metric", default="gmp_accuracy", help="summary metric to compare; "
                    "more, comma-separated, add a column each")
@@ -213,24 +253,40 @@ def parser() -> argparse.ArgumentParser:
                    help="compare paired runs at their end (final), or at equal bytes or "
                    "simulated time (the smaller budget of each pair; the other run's "
                    "curve interpolated there)")
+    o.add_argument("--facet", metavar="KEY", help="plots: one panel per value of this "
+                   "config key, the panels sharing their y axis (e.g. task.partition)")
+    o.add_argument("--color", metavar="KEY", help="plots: colour the series by the value of "
+                   "this config key (default: every series its own colour and line style)")
+    o.add_argument("--style", metavar="KEY", help="plots: line style and marker by the value "
+                   "of this config key")
     o.add_argument("--out", help="output folder (default: <path>/report)")
     o.set_defaults(func=_report)
-    c = sub.add_parser("resume", help="continue a stopped run from its last checkpoint")
+    c = command("resume", help="continue a stopped run from its last checkpoint")
     c.add_argument("run_dir", help="the run's directory (runs/.<id>.partial or <id>.failed)")
     c.add_argument("--from-previous", action="store_true",
                    help="resume from the newest checkpoint that verifies (when the newest "
                    "one is damaged)")
     c.set_defaults(func=_resume)
-    v = sub.add_parser("verify", help="check a run directory: checkpoints against their "
+    v = command("verify", help="check a run directory: checkpoints against their "
                        "manifests, metric rows, summary; one line per problem (exit 1)")
     v.add_argument("run_dir", help="a finished or interrupted run's directory")
     v.set_defaults(func=_verify)
-    d = sub.add_parser("doctor", help="what this machine has; --gpu: check every GPU path")
+    d = command("doctor", help="what this machine has; --gpu: check every GPU path")
     d.add_argument("--gpu", action="store_true",
                    help="run the GPU acceptance checks (a few minutes) and print a table "
                    "of pass / fail with figures; without a CUDA device, one line")
     d.set_defaults(func=_doctor)
-    t = sub.add_parser("topo", help="describe a topology")
+    g = command("config", help="show a resolved config, or a section's fields and ranges")
+    g.add_argument("action", choices=("show", "schema"),
+                   help="show: CONFIG with every default filled in (what config.yaml in a "
+                   "run directory holds); schema: SECTION's fields, defaults, allowed values "
+                   "and meaning")
+    g.add_argument("target", metavar="CONFIG|SECTION",
+                   help="show: a YAML config file; schema: top, a section (ray, faults, ...) "
+                   "or a component (strategy.dsgd, task.sst2, model.mlp)")
+    g.add_argument("overrides", nargs="*", help="show: key=value overrides, as for run")
+    g.set_defaults(func=_config)
+    t = command("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)
     t.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,192 @@
+"""Every config field with its default, allowed values and meaning: one source for
+``decent config schema SECTION`` and the docs' config reference page.
+
+The allowed values come from each field's declared check (:mod:`decent.core.schema`), the
+meaning from the comment beside its declaration (:mod:`decent.core.field_docs`), so
+neither output can drift from what ``decent run`` accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from decent.core.errors import ConfigError
+from decent.core.field_docs import field_description
+from decent.core.schema import CHECK, Check
+
+COMPONENTS = ("strategy", "task", "model")
+
+
+@dataclass(frozen=True)
+class FieldRow:
+    name: str  # dotted, from the section's root (``lr_schedule.warmup_steps``)
+    type: str
+    default: str
+    allowed: str
+    description: str | None
+
+
+def _nested(f: dataclasses.Field) -> Any:
+    if f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        return None
+    try:
+        value = f.default_factory()  # type: ignore[misc]
+    except TypeError:
+        return None
+    return value if dataclasses.is_dataclass(value) else None
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+    else:
+        return "required"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def field_rows(cls: type, prefix: str = "") -> Iterator[FieldRow]:
+    """The fields of config dataclass ``cls`` in declaration order, nested sections
+    flattened to dotted names (the section's own row first)."""
+    for f in dataclasses.fields(cls):
+        nested = _nested(f)
+        name = f"{prefix}{f.name}"
+        description = field_description(cls, f.name)
+        if nested is not None:
+            yield FieldRow(name, "section", "", "", description)
+            yield from field_rows(type(nested), f"{name}.")
+            continue
+        check: Check | None = f.metadata.get(CHECK)
+        allowed = "any value" if check is None else check.describe()
+        yield FieldRow(name, str(f.type), _default(f), allowed, description)
+
+
+def _run_config() -> type:
+    from decent.engine.config import RunConfig
+
+    return RunConfig
+
+
+def _registries() -> dict[str, Any]:
+    from decent.models.registry import MODELS
+    from decent.strategies.registry import STRATEGIES
+    from decent.tasks.registry import TASKS
+
+    return {"strategy": STRATEGIES, "task": TASKS, "model": MODELS}
+
+
+def sections() -> list[str]:
+    """The names ``decent config schema`` takes."""
+    run = _run_config()
+    names = ["top"] + [f.name for f in dataclasses.fields(run) if _nested(f) is not None]
+    for kind, registry in _registries().items():
+        names += [kind] + [f"{kind}.{n}" for n in registry.names]
+    return names
+
+
+def section_rows(section: str) -> list[FieldRow]:
+    """The rows of one section: ``top`` (the run's own fields), a section of the run
+    (``ray``, ``faults``), or a component (``strategy.dsgd``, ``task.sst2``)."""
+    run = _run_config()
+    if section == "top":
+        return [r for r in field_rows(run) if "." not in r.name and r.type != "section"
+                and r.name not in COMPONENTS]
+    kind, _, name = section.partition(".")
+    registries = _registries()
+    if kind in registries and name in registries[kind].names:
+        rows = list(field_rows(registries[kind].entry(name).config))
+        # a component's `name` is the word that selects it: said once here, not per class
+        return [dataclasses.replace(r, description=f"selects this {kind}: {', '.join(names)}")
+                if r.name == "name" and not r.description else r for r in rows
+                for names in [_sharing(registries[kind], name)]]
+    for f in dataclasses.fields(run):
+        nested = _nested(f)
+        if f.name == section and nested is not None:
+            return list(field_rows(type(nested)))
+    raise ConfigError("section", f"unknown section {section!r}; choose one of: "
+                      f"{', '.join(sections())}")
+
+
+def _sharing(registry: Any, name: str) -> list[str]:
+    """The names registered with the same config class as ``name`` (the prompted tasks
+    share one)."""
+    cls = registry.entry(name).config
+    return [n for n in registry.names if registry.entry(n).config is cls]
+
+
+def schema_text(section: str, width: int = 88) -> str:
+    """``decent config schema SECTION``: each field, its default and allowed values, then
+    its meaning indented below; a component kind alone lists its names."""
+    registries = _registries()
+    if section in registries:
+        names = registries[section].names
+        return (f"{section}: one of {', '.join(names)}\n"
+                f"fields of one: decent config schema {section}.NAME (e.g. {section}."
+                f"{names[0]})")
+    rows = section_rows(section)
+    prefix = "" if section == "top" else (section.partition(".")[0] + ".")
+    name_width = max(len(prefix + r.name) for r in rows)
+    lines = []
+    for r in rows:
+        if r.type == "section":
+            head = f"{prefix + r.name:<{name_width}}  (section)"
+        else:
+            head = f"{prefix + r.name:<{name_width}}  default {r.default}; {r.allowed}"
+        lines.append(head)
+        if r.description:
+            lines += textwrap.wrap(r.description, width, initial_indent="    ",
+                                   subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(rows: list[FieldRow], prefix: str) -> str:
+    out = ["| field | default | allowed | meaning |", "|---|---|---|---|"]
+    for r in rows:
+        default = "" if r.type == "section" else f"`{_cell(r.default)}`"
+        allowed = "(section)" if r.type == "section" else _cell(r.allowed)
+        out.append(f"| `{prefix}{r.name}` | {default} | {allowed} | "
+                   f"{_cell(r.description or '')} |")
+    return "\n".join(out)
+
+
+def component_markdown(kind: str, name: str) -> str:
+    """The field table of one component (a method page's config fields)."""
+    return markdown_table(section_rows(f"{kind}.{name}"), f"{kind}.")
+
+
+def reference_markdown() -> str:
+    """Every section and field, as the docs' config reference page shows them."""
+    run = _run_config()
+    parts = ["## Top level", "", markdown_table(section_rows("top"), "")]
+    for f in dataclasses.fields(run):
+        if _nested(f) is None:
+            continue
+        parts += ["", f"## `{f.name}`", ""]
+        description = field_description(run, f.name)
+        if description:
+            parts += [description, ""]
+        parts.append(markdown_table(section_rows(f.name), f"{f.name}."))
+    for kind, registry in _registries().items():
+        parts += ["", f"## `{kind}`", "",
+                  f"`{kind}.name` picks one of: {', '.join(f'`{n}`' for n in registry.names)}."
+                  " The other fields depend on it."]
+        by_class: dict[type, list[str]] = {}
+        for n in registry.names:
+            by_class.setdefault(registry.entry(n).config, []).append(n)
+        for names in by_class.values():
+            title = ", ".join(f"`{n}`" for n in names)
+            parts += ["", f"### {kind}: {title}", "", component_markdown(kind, names[0])]
+    return "\n".join(parts) + "\n"
