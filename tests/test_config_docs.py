@@ -143,3 +143,17 @@ def test_the_reference_page_has_a_row_for_every_field_of_every_component() -> No
     declared = [f for f in dataclasses.fields(RunConfig) if CHECK in f.metadata]
     for f in declared:
         assert f"| `{f.name}` |" in page
+
+
+def test_a_section_shows_the_defaults_its_parent_builds_it_with() -> None:
+    """SPES builds its lr_schedule and router_loss sections with its paper's values, not
+    the section classes' own defaults."""
+    from decent.strategies.spes import SPESConfig
+
+    spes = SPESConfig()
+    rows = {r.name: r.default for r in config_docs.section_rows("strategy.spes")}
+    assert rows["lr_schedule.name"] == spes.lr_schedule.name == "cosine"
+    assert rows["lr_schedule.warmup_steps"] == str(spes.lr_schedule.warmup_steps)
+    assert rows["router_loss.balance"] == str(spes.router_loss.balance)
+    dsgd = {r.name: r.default for r in config_docs.section_rows("strategy.dsgd")}
+    assert dsgd["lr_schedule.name"] == "constant"

@@ -40,8 +40,10 @@ def _nested(f: dataclasses.Field) -> Any:
     return value if dataclasses.is_dataclass(value) else None
 
 
-def _default(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
+def _default(f: dataclasses.Field, owner: Any = None) -> str:
+    if owner is not None:  # a section's instance: its own defaults (SPES's cosine schedule)
+        value = getattr(owner, f.name)
+    elif f.default is not dataclasses.MISSING:
         value = f.default
     elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         value = f.default_factory()  # type: ignore[misc]
@@ -54,20 +56,23 @@ def _default(f: dataclasses.Field) -> str:
     return str(value)
 
 
-def field_rows(cls: type, prefix: str = "") -> Iterator[FieldRow]:
+def field_rows(cls: type, prefix: str = "", owner: Any = None) -> Iterator[FieldRow]:
     """The fields of config dataclass ``cls`` in declaration order, nested sections
-    flattened to dotted names (the section's own row first)."""
+    flattened to dotted names (the section's own row first). ``owner``: the instance whose
+    values are the defaults (a nested section as its parent builds it)."""
     for f in dataclasses.fields(cls):
-        nested = _nested(f)
+        nested = _nested(f) if owner is None else getattr(owner, f.name)
+        if not dataclasses.is_dataclass(nested):
+            nested = None
         name = f"{prefix}{f.name}"
         description = field_description(cls, f.name)
         if nested is not None:
             yield FieldRow(name, "section", "", "", description)
-            yield from field_rows(type(nested), f"{name}.")
+            yield from field_rows(type(nested), f"{name}.", nested)
             continue
         check: Check | None = f.metadata.get(CHECK)
         allowed = "any value" if check is None else check.describe()
-        yield FieldRow(name, str(f.type), _default(f), allowed, description)
+        yield FieldRow(name, str(f.type), _default(f, owner), allowed, description)
 
 
 def _run_config() -> type:
