@@ -1,4 +1,4 @@
-"""Checks that mostly wait on Ray's daemons (a multi-node cluster, the README's cluster
+"""Checks that mostly wait on Ray's daemons (a multi-node cluster, the cluster guide's
 blocks), run in processes of their own. Under pytest-xdist the controller starts each one
 whose test file the session runs in the background as the session begins
 (tests/conftest.py); the workers inherit where it writes, and its test file, run last,
@@ -24,7 +24,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULT, FAILED = "result.json", "failed.txt"
 # each job, and the test file that reads it
-JOBS = {"cluster_bed": "test_multinode.py", "readme_blocks": "test_cluster_job.py"}
+JOBS = {"cluster_bed": "test_multinode.py", "cluster_guide_blocks": "test_cluster_job.py"}
 TIMEOUT_S = 900
 
 

@@ -1,9 +1,9 @@
 """The cluster path: `ray job submit` of a `decent run` to a Ray head, and the launcher
 configs.
 
-The README's two cluster blocks — the single-machine dry run (head start, wait, job
+The cluster guide's two blocks (docs/guides/cluster.md) — the single-machine dry run (head start, wait, job
 submit, stop) and the autoscaling cluster on one machine (cluster-local.yaml) — run by
-bash exactly as written, in a copy of the checkout (tests/readme_blocks.py, a background
+bash exactly as written, in a copy of the checkout (tests/cluster_guide_blocks.py, a background
 job of the suite), so the runtime environment file, the working directory, the console
 script on the cluster and the driver's connection via ``RAY_ADDRESS`` are all exercised.
 Only subprocesses touch Ray: the test process may host an embedded Ray of other tests,
@@ -35,7 +35,7 @@ def ring_dsgd_bytes(rounds: int, n: int, d: int) -> int:
 
 @pytest.fixture(scope="module")
 def blocks(tmp_path_factory) -> dict[str, Any]:
-    return background.findings("readme_blocks", tmp_path_factory.mktemp("blocks"))
+    return background.findings("cluster_guide_blocks", tmp_path_factory.mktemp("blocks"))
 
 
 def ran(found: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def ran(found: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # a Ray head, a job and its teardown, end to end (~35 s)
-def test_readme_dry_run_works_as_written(blocks) -> None:
+def test_the_guides_dry_run_works_as_written(blocks) -> None:
     """The head starts, the job waits for it, `decent run` runs on it as a Ray job, and the
     block stops its own head."""
     run = ran(blocks["dry_run"])
@@ -64,7 +64,7 @@ def test_readme_dry_run_works_as_written(blocks) -> None:
 
 
 @pytest.mark.slow  # a head, two worker nodes the autoscaler adds, a job (~45 s)
-def test_readme_autoscaling_cluster_works_as_written(blocks) -> None:
+def test_the_guides_autoscaling_cluster_works_as_written(blocks) -> None:
     """The autoscaler adds a worker node for each 1-CPU actor (the head has no CPUs), the
     run spans both, and the block's teardown leaves no process of its session alive."""
     summary = ran(blocks["autoscaling"])["summary"]

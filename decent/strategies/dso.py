@@ -96,16 +96,12 @@ class DSOConfig(StrategyConfig):
         return self.batch_size
 
     name: str = "dso"
-    # examples per gradient
-    batch_size: int = at_least(1, 8)
+    batch_size: int = at_least(1, 8)  # examples per gradient
     optimizer: str = one_of(OPTIMIZERS, "sgd")  # the step every client takes with g_agg
-    # the learning rate of every client's step with the aggregate
-    lr: float = positive(0.05)
+    lr: float = positive(0.05)  # the learning rate of every client's step with the aggregate
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
-    # AdamW's (β1, β2)
-    betas: list[float] = adamw_betas()
-    # the step's weight decay
-    weight_decay: float = at_least(0, 0.0)
+    betas: list[float] = adamw_betas()  # AdamW's (β1, β2)
+    weight_decay: float = at_least(0, 0.0)  # the step's weight decay
     aggregator: str = one_of(AGGREGATORS, "trimmed_mean")  # over an aggregator's workers
     # over G, one aggregate per aggregator: the aggregators are not Byzantine unless
     # faults.byzantine lists one, so a plain mean by default (robust rules there would
@@ -114,8 +110,7 @@ class DSOConfig(StrategyConfig):
     # verified), so a worker counts the same whatever the size of its tier
     top_aggregator: str = one_of(TOP_AGGREGATORS, "mean")
     trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
-    # aggregators drop payloads whose SHA3 commitment does not match
-    verify_commitments: bool = True
+    verify_commitments: bool = True  # aggregators drop payloads whose SHA3 commitment fails
     # what travels, the section every method uses: Top-k + INT8 (DSO's, `keep` the
     # fraction per tensor), Top-k, INT8 or dense (`identity`: `keep` and `semantic`
     # unused); always with error feedback
@@ -126,17 +121,12 @@ class DSOConfig(StrategyConfig):
     # every worker (the report's fixed public probe set); `private`, the worker's own shard,
     # which decides the kept indices — they travel un-noised, so DP refuses it
     probe: str = one_of(PROBES, "public")
-    # rounds between recomputing the sensitivity s (semantic Top-k)
-    sensitivity_every: int = at_least(1, 1000)
-    # batches the sensitivity s is estimated on
-    probe_batches: int = at_least(1, 4)
-    # peers each aggregator sends its set G to per gossip round
-    fanout: int = at_least(1, 4)
-    # epidemic gossip rounds between aggregators per step
-    gossip_rounds: int = at_least(1, 3)
+    sensitivity_every: int = at_least(1, 1000)  # rounds between recomputing s (semantic)
+    probe_batches: int = at_least(1, 4)  # batches the sensitivity s is estimated on
+    fanout: int = at_least(1, 4)  # peers each aggregator sends its set G to per gossip round
+    gossip_rounds: int = at_least(1, 3)  # epidemic gossip rounds between aggregators per step
     asynchronous: bool = False  # workers of different speeds, nobody waits (see above)
-    # differential privacy: clip and Gaussian noise on every update
-    dp: DPConfig = field(default_factory=DPConfig)
+    dp: DPConfig = field(default_factory=DPConfig)  # DP: clip and Gaussian noise per update
 
     @property
     def semantic_topk(self) -> bool:

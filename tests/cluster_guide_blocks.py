@@ -1,10 +1,10 @@
-"""The README's cluster blocks, run by bash exactly as written in a copy of the checkout,
+"""The cluster guide's blocks (docs/guides/cluster.md), run by bash exactly as written in a copy of the checkout,
 for tests/test_cluster_job.py: the single-machine dry run and the autoscaling cluster on
 one machine. A background job of the suite (tests/background.py): each block's exit code,
 output, the processes it left alive (killed, and named) and the runs it wrote, to
 ``OUT_DIR/result.json``.
 
-    python -m tests.readme_blocks OUT_DIR
+    python -m tests.cluster_guide_blocks OUT_DIR
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ JOB_TIMEOUT_S = 300
 LEFTOVER_GRACE_S = 15
 
 
-# Inherited by every process the README block starts (the head, its workers, the job's
+# Inherited by every process the guide's block starts (the head, its workers, the job's
 # driver, which runs in a session of its own): how the test finds what is left of it.
 MARKER = "DECENT_TEST_RAY_HEAD"
 
@@ -45,8 +45,8 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def readme_block(heading: str) -> str:
-    """The first ```bash block after ``heading`` in the README, verbatim."""
-    text = (REPO_ROOT / "README.md").read_text()
+    """The first ```bash block after ``heading`` in the cluster guide, verbatim."""
+    text = (REPO_ROOT / "docs" / "guides" / "cluster.md").read_text()
     after = text[text.index(heading):]
     start = after.index("```bash\n") + len("```bash\n")
     return after[start: after.index("```", start)]
@@ -108,7 +108,7 @@ def run_block(heading: str, ports: tuple[int, ...], temp_dir: Path, out: Path
     block = readme_block(heading)
     for port in ports:
         if not port_free(port):
-            return {"skipped": f"port {port} is in use on this machine; the README block "
+            return {"skipped": f"port {port} is in use on this machine; the guide's block "
                                "uses it"}
     repo = checkout_copy(out / "checkout")
     marker = secrets.token_hex(6)
