@@ -1,8 +1,8 @@
-"""The cluster guide's blocks (docs/guides/cluster.md), run by bash exactly as written in a copy of the checkout,
-for tests/test_cluster_job.py: the single-machine dry run and the autoscaling cluster on
-one machine. A background job of the suite (tests/background.py): each block's exit code,
-output, the processes it left alive (killed, and named) and the runs it wrote, to
-``OUT_DIR/result.json``.
+"""The cluster guide's blocks (docs/guides/cluster.md), run by bash exactly as written in
+a copy of the checkout, for tests/test_cluster_job.py: the single-machine dry run and the
+autoscaling cluster on one machine. A background job of the suite (tests/background.py):
+each block's exit code, output, the processes it left alive (killed, and named) and the
+runs it wrote, to ``OUT_DIR/result.json``.
 
     python -m tests.cluster_guide_blocks OUT_DIR
 """

@@ -1,13 +1,13 @@
 """The cluster path: `ray job submit` of a `decent run` to a Ray head, and the launcher
 configs.
 
-The cluster guide's two blocks (docs/guides/cluster.md) — the single-machine dry run (head start, wait, job
-submit, stop) and the autoscaling cluster on one machine (cluster-local.yaml) — run by
-bash exactly as written, in a copy of the checkout (tests/cluster_guide_blocks.py, a background
-job of the suite), so the runtime environment file, the working directory, the console
-script on the cluster and the driver's connection via ``RAY_ADDRESS`` are all exercised.
-Only subprocesses touch Ray: the test process may host an embedded Ray of other tests,
-which must be left alone.
+The cluster guide's two blocks (docs/guides/cluster.md) — the single-machine dry run (head
+start, wait, job submit, stop) and the autoscaling cluster on one machine
+(cluster-local.yaml) — run by bash exactly as written, in a copy of the checkout
+(tests/cluster_guide_blocks.py, a background job of the suite), so the runtime environment
+file, the working directory, the console script on the cluster and the driver's connection
+via ``RAY_ADDRESS`` are all exercised. Only subprocesses touch Ray: the test process may
+host an embedded Ray of other tests, which must be left alone.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -48,8 +49,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    import os
-
     import ray
     import torch
 
@@ -254,7 +253,7 @@ def parser() -> argparse.ArgumentParser:
                    "simulated time (the smaller budget of each pair; the other run's "
                    "curve interpolated there)")
     o.add_argument("--facet", metavar="KEY", help="plots: one panel per value of this "
-                   "config key, the panels sharing their y axis (e.g. task.partition)")
+                   "config key, the panels sharing their axes (e.g. task.partition)")
     o.add_argument("--color", metavar="KEY", help="plots: colour the series by the value of "
                    "this config key (default: every series its own colour and line style)")
     o.add_argument("--style", metavar="KEY", help="plots: line style and marker by the value "
@@ -322,6 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: arguments: {exc}", file=sys.stderr)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # the reader left (`decent config show C | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:  # the file system refused (full disk, permissions, ...)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: file system: {where}{exc.strerror or exc}", file=sys.stderr)

@@ -7,10 +7,13 @@ per-seed differences B − A between two arms run with the same seeds (:mod:`.re
 at the end of the runs or at an equal budget of bytes or simulated time. Everything is
 read from the run directories' ``config.yaml``, ``summary.json``, ``metrics.jsonl`` and
 ``edges.json``, so a report can be rebuilt from committed runs without their weights.
+The plots draw one panel per value of ``--facet KEY`` and tie colour and line style to the
+values of ``--color KEY`` and ``--style KEY`` (:mod:`.report_plots`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -24,19 +27,25 @@ from decent.tools.run_records import Run, find_runs, varying_keys
 
 def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None = None,
            out: str | None = None, columns: str | None = None,
-           pairs: list[str] | None = None, at: str = "final") -> Path:
+           pairs: list[str] | None = None, at: str = "final", facet: str | None = None,
+           color: str | None = None, style: str | None = None) -> Path:
     """``metric`` may list several, comma-separated: the first is compared (final, best,
     plots), the others add a column of their final values. ``columns``: a config key whose
     values become the columns of a second table of the final metric (the rows: the
     ``by`` keys), e.g. the Byzantine fraction across, the aggregator down. ``pairs``: specs
     KEY=A,B, each a table of per-seed differences (:func:`.report_paired.paired`)
-    compared ``at`` the end or at equal bytes / simulated time."""
+    compared ``at`` the end or at equal bytes / simulated time. ``facet``, ``color``,
+    ``style``: config keys whose values give the plots' panels, colours and line styles
+    (a key that is not among the ``by`` keys splits the plotted series by it too)."""
     if at not in AT:
         raise ConfigError("--at", f"choose one of: {', '.join(AT)} (got {at!r})")
     metric, *also = [m.strip() for m in metric.split(",") if m.strip()] or [""]
     runs = find_runs(paths)
     keys = varying_keys(runs) if by is None else by
-    for flag, asked in (("--by", keys), ("--columns", [columns] if columns else [])):
+    for flag, asked in (("--by", keys), ("--columns", [columns] if columns else []),
+                        ("--facet", [facet] if facet else []),
+                        ("--color", [color] if color else []),
+                        ("--style", [style] if style else [])):
         unknown = [k for k in asked if not any(k in r.config for r in runs)]
         if unknown:
             raise ConfigError(flag, f"{unknown[0]!r} is not a config key of these runs "
@@ -54,6 +63,20 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     for run in sorted(runs, key=lambda r: str(r.path)):
         groups[tuple(run.config.get(k) for k in keys)].append(run)
     groups = dict(sorted(groups.items(), key=lambda kv: in_order(kv[0])))
+    # the plots' series: the table's groups, split further by a plot key not among --by;
+    # the legend leaves out such a key where no group has two values of it (--by name
+    # --color strategy.name: the name tells the strategy already)
+    drawn = list(dict.fromkeys(k for k in (facet, color, style) if k and k not in keys))
+    plot_keys = keys + drawn
+    plot_groups: dict[tuple, list[Run]] = defaultdict(list)
+    for values, runs_of in groups.items():
+        for run in runs_of:
+            plot_groups[values + tuple(run.config.get(k) for k in drawn)].append(run)
+    plot_groups = dict(sorted(plot_groups.items(), key=lambda kv: in_order(kv[0])))
+    same = {k for k in drawn if all(
+        len({json.dumps(r.config.get(k), sort_keys=True) for r in rs}) == 1
+        for rs in groups.values())}
+    shown = [k for k in plot_keys if k != facet and k not in same]
     paired_tables = [paired(runs, keys, spec, metric, at) for spec in pairs or []]
     folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1
                                     else Path("report"))
@@ -68,7 +91,8 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     for x, log_x, name in (("bytes_total", True, "vs_bytes"), ("round", False, "vs_rounds"),
                            ("sim_time_total_s", False, "vs_sim_time")):
         png = f"{metric}_{name}.png"
-        plot_metric(groups, keys, metric, x, folder / png, log_x)
+        plot_metric(plot_groups, plot_keys, metric, x, folder / png, log_x, facet, color,
+                    style, shown)
         text.append(f"![{metric} {name.replace('_', ' ')}]({png})\n")
     for k, (values, runs_of) in enumerate(groups.items()):
         png = f"edges_{k}.png"

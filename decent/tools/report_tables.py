@@ -23,10 +23,14 @@ def spread(values: list[float], fmt: str = ".4g") -> str:
 
 
 def label(keys: list[str], values: tuple) -> str:
+    """``k=v, ...``; with several keys each by its last part (``lr=0.1``), unless two keys
+    share it (``name=pretrain-dsgd, strategy.name=dsgd``)."""
     if not keys:
         return "all runs"
-    return ", ".join(f"{k.rsplit('.', 1)[-1] if len(keys) > 1 else k}={v}"
-                     for k, v in zip(keys, values, strict=True))
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    names = keys if len(keys) == 1 else \
+        [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
+    return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
 
 def best(run: Run, metric: str) -> float | None:

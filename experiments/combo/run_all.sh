@@ -37,7 +37,8 @@ if [[ $what == all || $what == speedup ]]; then  # time to 85 % against FedAvg
     done
   done
   decent report "$out/speedup" --by task.partition,strategy.name,topology.n \
-      --metric client_accuracy_mean,gmp_accuracy --out "$here/report/speedup"
+      --metric client_accuracy_mean,gmp_accuracy --facet task.partition \
+      --color strategy.name --out "$here/report/speedup"
   python "$here/speedup.py" "$out/speedup" --out "$here/report/speedup"
 fi
 if [[ $what == all || $what == segments ]]; then  # accuracy per round against S

@@ -75,15 +75,20 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from decent.tools.report_plots import legend_outside, save, series_styles
+
+    names = ["measured (max-min sharing)", "closed form (symmetric pulls)"]
+    look = series_styles([(name,) for name in names], ["series"])
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.errorbar(xs, measured, yerr=spread, marker="o", label="measured (max-min sharing)")
-    ax.plot(xs, formula, "k--", label="closed form (symmetric pulls)")
+    measured_line = ax.errorbar(xs, measured, yerr=spread, **look[(names[0],)].kwargs())
+    formula_line, = ax.plot(xs, formula, **look[(names[1],)].kwargs())
     ax.set_xlabel("segments S")
     ax.set_ylabel("sync time per round (s)")
     ax.set_title(f"Combo, n = {n}, R = {replicas}")
-    ax.legend()
+    ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.out / "sync_time_vs_segments.png", dpi=120)
+    legend_outside(fig, [measured_line, formula_line], names)
+    save(fig, args.out / "sync_time_vs_segments.png")
 
 
 if __name__ == "__main__":
