@@ -47,6 +47,7 @@ CASES = [
     (["strategy.name=gasloc", "strategy.local_steps_per_worker=[1,2]"],
      "strategy.local_steps_per_worker", "6 values"),
     (["strategy.name=gasloc", "strategy.edge_weights=ones"], "strategy.edge_weights", "unit"),
+    (["imports=[no_such_module_xyz]"], "imports", "PYTHONPATH"),
 ]
 
 

@@ -157,3 +157,15 @@ def test_a_plot_key_the_groups_already_tell_is_left_out_of_the_legend(tmp_path, 
     groups, keys, *_, shown = calls[0]
     assert keys == ["strategy.name", "strategy.lr"] and shown == ["strategy.name"]
     assert sorted(groups) == [("choco", 2), ("dsgd", 1)]  # lr splits no name: no new series
+
+
+def test_runs_that_differ_in_a_list_valued_key_are_grouped_by_it(tmp_path, capsys):
+    """AdamW's betas (a list) differ between the runs: the default --by takes the key and
+    the report groups by it rather than failing on an unhashable value."""
+    for betas, seed in itertools.product(([0.9, 0.999], [0.9, 0.95]), (0, 1)):
+        record(tmp_path, f"b{betas[1]}-s{seed}", seed, {"name": "dsgd", "lr": 1, "betas": betas},
+               4)
+    assert main(["report", str(tmp_path), "--metric", "gmp_loss", "--out",
+                 str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "report.md").read_text()
+    assert table.count("strategy.betas=") == 2 and "| 2 |" in table

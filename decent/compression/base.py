@@ -25,14 +25,12 @@ class CompressionConfig:
     always int32); ``error_feedback`` adds a residual memory where the strategy supports
     it (compressed pseudo-gradients: the part a message leaves out is sent later)."""
 
-    # identity (dense), topk, int8, or topk_int8
-    name: str = one_of(COMPRESSORS, "identity")
+    name: str = one_of(COMPRESSORS, "identity")  # identity (dense), topk, int8, or topk_int8
     # Top-K: the fraction of each tensor's entries kept
     keep: float = in_range(0.01, 0, 1, lo_open=True)
     # Top-K: the dtype the kept values travel in
     value_dtype: str = one_of(tuple(VALUE_DTYPES), "float32")
-    # add what compression dropped to the next message
-    error_feedback: bool = False
+    error_feedback: bool = False  # add what compression dropped to the next message
 
 
 class Compressor(Protocol):

@@ -27,7 +27,6 @@ from decent.core.schema import (
     Check,
     at_least,
     check_bools,
-    count_or,
     number,
     one_of,
     seed_field,
@@ -36,7 +35,9 @@ from decent.core.schema import (
 )
 from decent.engine.compute import ComputeConfig
 from decent.engine.execution import ExecutionConfig, check_execution
+from decent.engine.imports import import_plugins
 from decent.engine.overrides import delete_key, drop_foreign_fields
+from decent.engine.ray_config import RayConfig
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
@@ -48,8 +49,6 @@ WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 # A run name becomes a directory name: letters, digits, '.', '_', '-', not a leading dot.
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-# Ray refuses an object store smaller than 75 MiB (OBJECT_STORE_MINIMUM_MEMORY_BYTES).
-OBJECT_STORE_MIN_MB = 75
 
 
 TARGET_MODES = ("auto", "max", "min")
@@ -68,8 +67,7 @@ class TargetConfig:
     """A value of an evaluated metric to reach: the summary reports when it first is."""
 
     metric: str | None = text()  # e.g. gmp_accuracy; None: no target
-    # the value of `metric` to reach
-    value: float = number(0.0)
+    value: float = number(0.0)  # the value of `metric` to reach
     # max: reached when metric ≥ value; min: when ≤; auto: min for losses, perplexities and
     # distances, max otherwise
     mode: str = one_of(TARGET_MODES, "auto")
@@ -87,67 +85,19 @@ class EvalConfig:
 
 
 @dataclass
-class RayConfig:
-    address: str | None = text()  # None: embedded Ray (or RAY_ADDRESS, set by `ray job submit`)
-    # auto: as many actors as the cluster has CPUs (or GPU slots, with num_gpus_per_actor),
-    # never more than clients, the clients split evenly; a number: that many per actor
-    clients_per_actor: Any = count_or(("auto",), 1, "auto")
-    # the actor slots `auto` spreads the clients over; None: the cluster's (a sweep sets
-    # each trial's share of them, so trials that run at once fit side by side)
-    actor_slots: int | None = at_least(1, None, nullable=True)
-    # CPU actors of a language-model run map one copy of its frozen weights from the
-    # object store instead of one each (they never change: a LoRA base, SubCGE's W)
-    share_frozen: bool = True
-    # estimate the memory per actor and per node before any actor starts (printed), and
-    # refuse a run that cannot fit
-    memory_plan: bool = True
-    # what one node may use, in MB; None: the memory available when the run starts
-    # (embedded Ray) or the smallest node's memory resource (a cluster)
-    node_memory_mb: int | None = at_least(1, None, nullable=True)
-    # on a cluster of several nodes, how the actors' placement group lays them out: one
-    # bundle per actor, spread over the nodes (best effort), packed onto few, or strictly
-    # one per node; a single node needs no placement group
-    placement: str = one_of(("spread", "pack", "strict_spread"), "spread")
-    # 0: no CPU reservation (fractions above the core count hang)
-    num_cpus_per_actor: float = at_least(0, 0.0)
-    num_gpus_per_actor: float = at_least(0, 0.0)  # > 0: the actor's clients run on cuda
-    num_cpus: int | None = at_least(1, None, nullable=True)  # embedded Ray; default: all cores
-    object_store_mb: int = at_least(OBJECT_STORE_MIN_MB, 512)  # embedded Ray only
-    # an actor that dies: its clients crash and the run goes on without them (churn), or
-    # the run goes back to its last checkpoint with fresh actors (restart)
-    on_actor_death: str = one_of(("churn", "restart"), "churn")
-    # how large payloads (≥ 64 KiB) move between actors: through the object store, or
-    # with Ray Direct Transport (the sender keeps them; NCCL between GPU actors, Gloo
-    # between CPU actors); auto: RDT on GPU actors, the object store on CPU actors
-    payload_transport: str = one_of(("auto", "object_store", "rdt"), "auto")
-    # restarts from the last checkpoint allowed before the run fails (on_actor_death=restart)
-    max_restarts: int = at_least(0, 3)
-    # on a Ray the run did not start (a notebook, a script running several configs), hand
-    # the actor processes back at the end for the next run to build its clients in,
-    # instead of starting new ones (~2-3 s of CPU each); false: fresh processes every run
-    reuse_actors: bool = True
-
-
-@dataclass
 class WandbConfig:
     # offline: logged to <run_dir>/wandb (wandb sync uploads it); online; disabled
     mode: str = one_of(WANDB_MODES, "offline")
-    # the W&B project
-    project: str = text("decent", nullable=False)
-    # the W&B entity (user or team); None: your default
-    entity: str | None = text()
-    # the W&B group; sweeps set it to the sweep's name
-    group: str | None = text()
+    project: str = text("decent", nullable=False)  # the W&B project
+    entity: str | None = text()  # the W&B entity (user or team); None: your default
+    group: str | None = text()  # the W&B group; sweeps set it to the sweep's name
 
 
 @dataclass
 class TrackingConfig:
-    # folder that holds the run directories
-    out_dir: str = text("runs", nullable=False)
-    # show a progress bar while the run runs
-    progress: bool = True
-    # Weights & Biases logging
-    wandb: WandbConfig = field(default_factory=WandbConfig)
+    out_dir: str = text("runs", nullable=False)  # folder that holds the run directories
+    progress: bool = True  # show a progress bar while the run runs
+    wandb: WandbConfig = field(default_factory=WandbConfig)  # Weights & Biases logging
 
 
 @dataclass
@@ -156,8 +106,7 @@ class SweepConfig:
 
     # dotted key → values, e.g. {strategy.lr: [0.1, 0.01], topology.n: [16, 32]}
     grid: dict[str, Any] = field(default_factory=dict, metadata={CHECK: Check()})
-    # seeds per grid point: seed, seed+1, ...
-    seeds: int = at_least(1, 1)
+    seeds: int = at_least(1, 1)  # seeds per grid point: seed, seed+1, ...
     parallel: int | None = at_least(1, None, nullable=True)  # None: as resources allow
 
     def validate(self, prefix: str) -> None:
@@ -172,14 +121,16 @@ class RunConfig:
     name: str = text("run", nullable=False)
     # seeds everything random in the run (data split, model init, batches, faults)
     seed: int = seed_field(0)
-    # communication rounds to run
-    rounds: int = at_least(1, 10)
+    rounds: int = at_least(1, 10)  # communication rounds to run
     # local: every client in this process; ray: clients hosted by Ray actors
     backend: str = one_of(BACKENDS, "local")
     # where clients compute; auto: cuda when a GPU is visible, else cpu
     device: str = one_of(DEVICES, "auto")
     # per process; fixed so that results do not depend on the machine
     torch_threads: int = at_least(1, 1)
+    # modules imported first, here and in every Ray actor: module names or paths of .py
+    # files (relative to where decent runs) whose code registers components of their own
+    imports: list[str] = field(default_factory=list, metadata={CHECK: Check()})
     # the communication graph: who may send to whom
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     # component sections: a mapping with a `name` as written, the config dataclass of the
@@ -200,8 +151,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # the grid `decent sweep` runs from this file
     sweep: SweepConfig = field(default_factory=SweepConfig)
-    # when and what to evaluate
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # when and what to evaluate
     # the Ray backend: actors, resources, placement, transport
     ray: RayConfig = field(default_factory=RayConfig)
     # how a process runs its clients: one after another, or stacked
@@ -248,6 +198,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         data = read_yaml(Path(path))
         for key in deletions:
             delete_key(data, key, path)
+        if not any(item.startswith("imports=") for item in plain):  # an override may
+            import_plugins(data.get("imports") or [])  # switch to a component they register
         notes = drop_foreign_fields(data, plain, path)
         layers.append(OmegaConf.create(data))
     elif deletions:
@@ -321,6 +273,7 @@ def from_layers(*layers: Any) -> RunConfig:
     except OmegaConfBaseException as exc:
         raise config_error(exc, "", schema) from None
     validate_fields(cfg, "")
+    import_plugins(cfg.imports)  # components of its own register themselves
     for name, value, registry in (("strategy", cfg.strategy, STRATEGIES),
                                   ("task", cfg.task, TASKS), ("model", cfg.model, MODELS)):
         # the component's own sections (a strategy's compression, lr_schedule): mappings

@@ -24,8 +24,7 @@ class ExecutionConfig:
     # sequential: clients one after another; batched: a chunk of clients as one stacked computation
     # (refused where it cannot be exact); auto: batched where supported and measured faster
     mode: str = one_of(EXECUTION_MODES, "sequential")
-    # batched: at most this many clients stacked in one computation
-    chunk: int = at_least(1, 256)
+    chunk: int = at_least(1, 256)  # batched: at most this many clients stacked in one computation
 
 
 def check_execution(cfg: Any, strategy: Any) -> None:

@@ -24,6 +24,7 @@ from decent.core.stats import Stat
 from decent.engine.batched import make_batcher
 from decent.engine.compute import ComputeClock
 from decent.engine.config import RunConfig
+from decent.engine.imports import import_plugins
 from decent.engine.plan import RunPlan
 from decent.models.registry import MODELS
 from decent.network.faults import ATTACK_SALT, fault_seed
@@ -104,6 +105,7 @@ class ClientGroup:
                  plan: RunPlan,
                  frozen: dict[str, torch.Tensor] | None = None) -> None:
         torch.set_num_threads(cfg.torch_threads)
+        import_plugins(cfg.imports)  # a Ray actor's registries get the config's components
         self.cfg = cfg
         self.cids = list(cids)
         self.device = device

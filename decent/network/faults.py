@@ -40,12 +40,10 @@ class PartitionConfig:
 @dataclass
 class FaultsConfig:
     seed: int | None = in_range(None, 0, 2**63 - 1, nullable=True)  # None: the run seed
-    # probability that a message is lost
-    drop: float = in_range(0.0, 0.0, 1.0)
+    drop: float = in_range(0.0, 0.0, 1.0)  # probability that a message is lost
     # probability that a message arrives delay_phases phases late
     delay: float = in_range(0.0, 0.0, 1.0)
-    # how many phases a delayed message is held back
-    delay_phases: int = at_least(1, 1)
+    delay_phases: int = at_least(1, 1)  # how many phases a delayed message is held back
     # a network partition: the clients split into blocks that cannot talk
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     # ids of Byzantine clients, which send attack payloads

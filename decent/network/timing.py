@@ -47,12 +47,9 @@ class Spread:
 
     # fixed: every factor 1; uniform in [low, high]; lognormal with median 1
     dist: str = one_of(SPREADS, "fixed")
-    # uniform: the smallest factor
-    low: float = positive(0.5)
-    # uniform: the largest factor
-    high: float = positive(2.0)
-    # lognormal: the standard deviation of the factor's logarithm
-    sigma: float = at_least(0, 0.5)
+    low: float = positive(0.5)  # uniform: the smallest factor
+    high: float = positive(2.0)  # uniform: the largest factor
+    sigma: float = at_least(0, 0.5)  # lognormal: the standard deviation of the factor's logarithm
 
     def validate(self, prefix: str) -> None:
         if self.dist == "uniform" and self.low > self.high:
@@ -74,8 +71,7 @@ class NetworkConfig:
     # maxmin: concurrent flows share links max-min fairly; bottleneck: each message at its path's
     # slowest rate
     model: str = one_of(MODELS, "maxmin")
-    # every link's bandwidth in Mbit/s (before link_spread)
-    link_mbps: float = positive(100.0)
+    link_mbps: float = positive(100.0)  # every link's bandwidth in Mbit/s (before link_spread)
     # a factor per link multiplying link_mbps (heterogeneous links)
     link_spread: Spread = field(default_factory=Spread)
     node_mbps: float | None = positive(None, nullable=True)  # up and down, unless set below

@@ -30,10 +30,8 @@ class DPConfig:
     """``enabled``: clip and noise every update; ``population`` is N in σ (None: the
     number of workers)."""
 
-    # clip and noise every worker's update
-    enabled: bool = False
-    # the L2 norm each update is clipped to (the sensitivity C)
-    clip: float = positive(1.0)
+    enabled: bool = False  # clip and noise every worker's update
+    clip: float = positive(1.0)  # the L2 norm each update is clipped to (the sensitivity C)
     epsilon: float = positive(8.0)  # DSO's ε
     delta: float = in_range(1e-6, 0, 1, lo_open=True, hi_open=True)  # DSO's δ
     # N in the noise scale σ; None: the number of workers

@@ -70,15 +70,12 @@ class ComboConfig(LocalTrainingConfig):
 
     name: str = "combo"
     local_steps: int = at_least(1, 40)  # τ
-    # examples per local step
-    batch_size: int = at_least(1, 128)
-    # the local SGD learning rate
-    lr: float = positive(0.1)
+    batch_size: int = at_least(1, 128)  # examples per local step
+    lr: float = positive(0.1)  # the local SGD learning rate
     segments: int = at_least(1, 10)  # S
     replicas: int = at_least(1, 2)  # R
     retries: int = at_least(0, 2)  # phases left for re-sent requests
-    # the dtype segments travel in (bfloat16 halves the bytes)
-    wire_dtype: str = wire_dtype_field()
+    wire_dtype: str = wire_dtype_field()  # the dtype segments travel in (bfloat16 halves the bytes)
 
 
 @dataclass

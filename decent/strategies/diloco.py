@@ -22,20 +22,14 @@ from decent.strategies.local_training import OPTIMIZERS
 @dataclass
 class DiLoCoConfig(FedAvgConfig):
     name: str = "diloco"
-    # H: inner steps between outer steps (DiLoCo's 500 at scale)
-    local_steps: int = at_least(1, 50)
-    # the inner optimiser (DiLoCo: AdamW)
-    optimizer: str = one_of(OPTIMIZERS, "adamw")
-    # the inner learning rate
-    lr: float = positive(4e-4)
-    # the inner AdamW's weight decay (DiLoCo's 0.1)
-    weight_decay: float = at_least(0, 0.1)
-    # the outer SGD learning rate (DiLoCo's 0.7)
-    outer_lr: float = positive(0.7)
+    local_steps: int = at_least(1, 50)  # H: inner steps between outer steps (DiLoCo's 500 at scale)
+    optimizer: str = one_of(OPTIMIZERS, "adamw")  # the inner optimiser (DiLoCo: AdamW)
+    lr: float = positive(4e-4)  # the inner learning rate
+    weight_decay: float = at_least(0, 0.1)  # the inner AdamW's weight decay (DiLoCo's 0.1)
+    outer_lr: float = positive(0.7)  # the outer SGD learning rate (DiLoCo's 0.7)
     # the outer SGD momentum (DiLoCo's 0.9)
     outer_momentum: float = in_range(0.9, 0, 1, hi_open=True)
-    # Nesterov momentum for the outer step (DiLoCo's)
-    outer_nesterov: bool = True
+    outer_nesterov: bool = True  # Nesterov momentum for the outer step (DiLoCo's)
 
 
 class DiLoCo(FedAvg):

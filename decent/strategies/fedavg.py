@@ -39,12 +39,9 @@ SERVER = 0
 class OuterStepConfig(LocalTrainingConfig):
     """The server's outer optimiser: SGD on the mean pseudo-gradient (lr 1: FedAvg)."""
 
-    # the server's outer learning rate (1 with no momentum: FedAvg)
-    outer_lr: float = positive(1.0)
-    # the outer SGD momentum
-    outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)
-    # Nesterov momentum for the outer step
-    outer_nesterov: bool = False
+    outer_lr: float = positive(1.0)  # the server's outer learning rate (1 with no momentum: FedAvg)
+    outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)  # the outer SGD momentum
+    outer_nesterov: bool = False  # Nesterov momentum for the outer step
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)

@@ -58,10 +58,8 @@ class GASLoCConfig(LocalTrainingConfig):
     RENAMED: ClassVar[dict[str, str]] = {"inner_momentum": "momentum"}
 
     name: str = "gasloc"
-    # the inner optimiser
-    optimizer: str = one_of(OPTIMIZERS, "adamw")
-    # the inner learning rate
-    lr: float = positive(4e-4)
+    optimizer: str = one_of(OPTIMIZERS, "adamw")  # the inner optimiser
+    lr: float = positive(4e-4)  # the inner learning rate
     outer_lr: float = positive(1.0)  # η
     gossip_step: float = positive(1.0)  # α
     outer_momentum: float = in_range(0.0, 0, 1, hi_open=True)  # γ (0: plain GASLoC)

@@ -33,12 +33,10 @@ class LRScheduleConfig:
 
     # constant after the warm-up, or cosine decay to min_lr_ratio · lr
     name: str = one_of(SCHEDULES, "constant")
-    # inner steps of linear warm-up from 0 to lr
-    warmup_steps: int = at_least(0, 0)
+    warmup_steps: int = at_least(0, 0)  # inner steps of linear warm-up from 0 to lr
     # the schedule's length in inner steps; 0: the run's (rounds × local_steps)
     total_steps: int = at_least(0, 0)
-    # cosine: the final learning rate as a fraction of lr
-    min_lr_ratio: float = in_range(0.0, 0, 1)
+    min_lr_ratio: float = in_range(0.0, 0, 1)  # cosine: the final learning rate as a fraction of lr
 
     def factor(self, t: int) -> float:
         if t < self.warmup_steps:  # (t + 1) / W: the first step already moves
@@ -73,19 +71,13 @@ class LocalTrainingConfig(StrategyConfig):
     In every strategy ``lr``, ``momentum`` and ``weight_decay`` are the inner optimiser's;
     outer steps have their own ``outer_*`` fields."""
 
-    # H: local optimiser steps per round
-    local_steps: int = at_least(1, 5)
-    # examples per local step
-    batch_size: int = at_least(1, 8)
-    # the local (inner) optimiser
-    optimizer: str = one_of(OPTIMIZERS, "sgd")
-    # the local optimiser's learning rate (the schedule's peak)
-    lr: float = positive(0.05)
+    local_steps: int = at_least(1, 5)  # H: local optimiser steps per round
+    batch_size: int = at_least(1, 8)  # examples per local step
+    optimizer: str = one_of(OPTIMIZERS, "sgd")  # the local (inner) optimiser
+    lr: float = positive(0.05)  # the local optimiser's learning rate (the schedule's peak)
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's; AdamW has its betas
-    # AdamW's (β1, β2)
-    betas: list[float] = adamw_betas()
-    # decoupled for AdamW, L2 for SGD (torch's)
-    weight_decay: float = at_least(0, 0.0)
+    betas: list[float] = adamw_betas()  # AdamW's (β1, β2)
+    weight_decay: float = at_least(0, 0.0)  # decoupled for AdamW, L2 for SGD (torch's)
     # clip the gradient's global norm (over every trainable tensor) to this before each
     # inner step (torch.nn.utils.clip_grad_norm_); 0: no clipping
     grad_clip: float = at_least(0, 0.0)

@@ -63,8 +63,7 @@ class SeedFloodConfig(StrategyConfig):
     name: str = "seedflood"
     lr: float = positive(1e-5)  # η; the paper's grid {1e-5, 1e-6}
     eps: float = positive(1e-3)  # ε of the two-point estimate
-    # examples per zeroth-order estimate
-    batch_size: int = at_least(1, 16)
+    batch_size: int = at_least(1, 16)  # examples per zeroth-order estimate
     # subcge: SubCGE's low-rank perturbations; mezo: dense Gaussian ones
     estimator: str = one_of(ESTIMATORS, "subcge")
     rank: int = at_least(1, 64)  # SubCGE rank r (paper: 64 for OPT-125M, 32 for OPT-1.3B)

@@ -73,16 +73,11 @@ class SPESConfig(OuterStepConfig):
     router coefficients (0.01, 0.001); merging T_w = 12 500, M = 500, α_0 = 0.1, K = 4."""
 
     name: str = "spes"
-    # inner steps between synchronisations (the paper's 100)
-    local_steps: int = at_least(1, 100)
-    # the inner optimiser (the paper's AdamW)
-    optimizer: str = one_of(OPTIMIZERS, "adamw")
-    # the inner peak learning rate (the paper's 5e-4)
-    lr: float = positive(5e-4)
-    # AdamW's (β1, β2) (the paper's (0.9, 0.95))
-    betas: list[float] = adamw_betas((0.9, 0.95))
-    # the inner AdamW's weight decay (the paper's 0.1)
-    weight_decay: float = at_least(0, 0.1)
+    local_steps: int = at_least(1, 100)  # inner steps between synchronisations (the paper's 100)
+    optimizer: str = one_of(OPTIMIZERS, "adamw")  # the inner optimiser (the paper's AdamW)
+    lr: float = positive(5e-4)  # the inner peak learning rate (the paper's 5e-4)
+    betas: list[float] = adamw_betas((0.9, 0.95))  # AdamW's (β1, β2) (the paper's (0.9, 0.95))
+    weight_decay: float = at_least(0, 0.1)  # the inner AdamW's weight decay (the paper's 0.1)
     # the gradient's global norm is clipped to this before each inner step
     grad_clip: float = at_least(0, 1.0)
     # 2 000 warm-up steps, then cosine decay to 0.1 · lr (the paper's)

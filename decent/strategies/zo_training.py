@@ -24,8 +24,7 @@ from decent.zo.seeds import draw_seed
 
 @dataclass
 class ZOStepConfig(StrategyConfig):
-    # zeroth-order steps per round
-    local_steps: int = at_least(1, 1)
+    local_steps: int = at_least(1, 1)  # zeroth-order steps per round
     batch_size: int = at_least(1, 16)  # MeZO's batch
     lr: float = positive(1e-6)  # MeZO's grid: {1e-5, 1e-6}, constant
     eps: float = positive(1e-3)  # MeZO's ε

@@ -33,8 +33,7 @@ class Cifar10Config:
     name: str = text("cifar10", nullable=False)
     # auto: data_dir when set, else the hub (uoft-cs/cifar10)
     source: str = one_of(("auto", "hub", "local"), "auto")
-    # a saved DatasetDict or the hub's parquet files (offline)
-    data_dir: str | None = text()
+    data_dir: str | None = text()  # a saved DatasetDict or the hub's parquet files (offline)
     # how the training set is split: iid, dirichlet (by label, alpha), shards
     partition: str = one_of(PARTITIONS, "iid")
     alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
@@ -42,8 +41,7 @@ class Cifar10Config:
     shards_per_client: int = at_least(1, 2)
     num_train: int | None = at_least(1, None, nullable=True)  # None: all 50 000
     num_test: int | None = at_least(1, None, nullable=True)  # None: all 10 000
-    # images per evaluation batch
-    eval_batch_size: int = at_least(1, 500)
+    eval_batch_size: int = at_least(1, 500)  # images per evaluation batch
 
 
 def load_splits(cfg: Cifar10Config) -> Any:

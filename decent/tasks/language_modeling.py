@@ -34,19 +34,16 @@ class LanguageModelingConfig:
     corpus: str = text("shakespeare", nullable=False)
     # where the corpus comes from; auto: the first that applies
     source: str = one_of(SOURCES, "auto")
-    # a folder holding the corpus (offline)
-    data_dir: str | None = text()
+    data_dir: str | None = text()  # a folder holding the corpus (offline)
     paths: list[str] = text([], nullable=False)  # for corpus=text_files
-    # tokens per packed training sequence
-    seq_len: int = at_least(2, 128)
+    seq_len: int = at_least(2, 128)  # tokens per packed training sequence
     # the share of sequences held out for validation
     val_fraction: float = in_range(0.05, 0, 1, lo_open=True, hi_open=True)
     # keep only the corpus's first tokens (quick runs)
     max_tokens: int | None = at_least(2, None, nullable=True)
     # iid sequences, or contiguous stretches of the corpus per client
     partition: str = one_of(LM_PARTITIONS, "iid")
-    # sequences per evaluation batch
-    eval_batch_size: int = at_least(1, 16)
+    eval_batch_size: int = at_least(1, 16)  # sequences per evaluation batch
     # validation sequences per evaluation (None: all)
     max_eval_sequences: int | None = at_least(1, 256, nullable=True)
 

@@ -24,16 +24,12 @@ from decent.tasks.base import ClientData, Task
 @dataclass
 class LinearRegressionConfig:
     name: str = text("linear_regression", nullable=False)
-    # features per example (the dimension of w*)
-    dim: int = at_least(1, 20)
-    # training examples per client
-    samples_per_client: int = at_least(1, 32)
+    dim: int = at_least(1, 20)  # features per example (the dimension of w*)
+    samples_per_client: int = at_least(1, 32)  # training examples per client
     # spread of the client-specific feature scales (0: identical clients)
     heterogeneity: float = at_least(0, 0.5)
-    # standard deviation of the label noise
-    noise: float = at_least(0, 0.0)
-    # test examples
-    num_test: int = at_least(1, 512)
+    noise: float = at_least(0, 0.0)  # standard deviation of the label noise
+    num_test: int = at_least(1, 512)  # test examples
 
 
 class LinearRegressionTask(Task):

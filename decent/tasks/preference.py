@@ -52,16 +52,14 @@ class PreferenceConfig:
     name: str = text("preference", nullable=False)
     pairs: str = text("shakespeare", nullable=False)  # shakespeare | hub:<dataset>[:<cfg>]
     source: str = one_of(SOURCES, "auto")  # of the Shakespeare corpus
-    # a folder holding the corpus (offline)
-    data_dir: str | None = text()
+    data_dir: str | None = text()  # a folder holding the corpus (offline)
     max_pairs: int | None = at_least(2, 4000, nullable=True)  # None: every pair
     min_words: int = at_least(1, 6)  # the offline set's shortest line
     typo_rate: float = in_range(0.25, 0, 1, lo_open=True)  # its letters replaced
     max_len: int = at_least(2, 128)  # tokens per prompt ‖ response, the last ones kept
     # the share of pairs held out
     val_fraction: float = in_range(0.1, 0, 1, lo_open=True, hi_open=True)
-    # pairs per evaluation batch
-    eval_batch_size: int = at_least(1, 32)
+    eval_batch_size: int = at_least(1, 32)  # pairs per evaluation batch
     max_eval_pairs: int | None = at_least(1, 256, nullable=True)  # None: all
 
     def validate(self, prefix: str = "task") -> None:

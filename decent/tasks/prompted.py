@@ -38,23 +38,18 @@ class PromptedConfig:
     # where the data comes from; auto: the first that applies (data_dir, a PyPI data package, the
     # hub)
     source: str = one_of(SOURCES, "auto")
-    # a folder holding the task's jsonl files (offline)
-    data_dir: str | None = text()
+    data_dir: str | None = text()  # a folder holding the task's jsonl files (offline)
     # training examples, sampled with the run seed and partitioned across clients
     num_train: int = at_least(1, 1024)
-    # validation examples
-    num_val: int = at_least(0, 500)
-    # test examples
-    num_test: int = at_least(0, 1000)
+    num_val: int = at_least(0, 500)  # validation examples
+    num_test: int = at_least(0, 1000)  # test examples
     # prompt tokens; longer prompts keep their end (the question)
     max_length: int = at_least(1, 256)
     # how the training set is split: iid, dirichlet (by label, alpha), shards
     partition: str = one_of(PARTITIONS, "iid")
     alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
-    # the split evaluation reports on
-    eval_split: str = one_of(("test", "val"), "test")
-    # examples per evaluation batch
-    eval_batch_size: int = at_least(1, 16)
+    eval_split: str = one_of(("test", "val"), "test")  # the split evaluation reports on
+    eval_batch_size: int = at_least(1, 16)  # examples per evaluation batch
 
 
 @dataclass

@@ -30,8 +30,19 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(value, dict) and value:
             out.update(flatten(value, f"{name}."))
         else:
-            out[name] = value
+            out[name] = frozen(value)
     return out
+
+
+def frozen(value: Any) -> Any:
+    """A config value as a hashable one (lists as tuples, mappings as sorted pairs): runs
+    are grouped by tuples of their values, and `strategy.betas` or `topology.edges` may
+    differ between them."""
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, frozen(v)) for k, v in value.items()))
+    return value
 
 
 def find_runs(paths: list[str]) -> list[Run]:

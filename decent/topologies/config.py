@@ -39,12 +39,9 @@ class TopologyConfig:
     # the graph; one_peer and two_peer are redrawn every round
     name: str = one_of(TOPOLOGIES, "ring")
     n: int = at_least(1, 16)  # ≥ 2 except for `complete` (n = 1: a single client)
-    # seeds the random graphs (erdos_renyi, random_regular, one/two_peer)
-    seed: int = seed_field(0)
-    # erdos_renyi: the probability of each edge
-    p: float = in_range(0.3, 0, 1, lo_open=True)
-    # random_regular: every client's number of neighbours
-    degree: int = at_least(1, 3)
+    seed: int = seed_field(0)  # seeds the random graphs (erdos_renyi, random_regular, one/two_peer)
+    p: float = in_range(0.3, 0, 1, lo_open=True)  # erdos_renyi: the probability of each edge
+    degree: int = at_least(1, 3)  # random_regular: every client's number of neighbours
     # meshgrid and torus: rows of the grid; None: the most square shape
     rows: int | None = at_least(2, None, nullable=True)
     edges: list | None = None  # checked pair by pair when the graph is built

@@ -63,6 +63,7 @@ class RayActors:
         from decent.backends.ray.client_actor import ClientActor, DirectClientActor
 
         self.cfg = cfg
+        transport.send_by_value(cfg.imports)  # before anything pickles the plan
         self.dead: set[int] = set()  # actors that died: never called again
         # messages whose payloads were lost with their sender's actor, never delivered
         self.messages_lost = 0

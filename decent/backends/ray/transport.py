@@ -13,14 +13,24 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import ray
 import torch
 
 from decent.core.messages import PAYLOAD_NODES, Message
 from decent.core.tree import tree_map
+from decent.engine.imports import file_modules
 
 INLINE_BYTES = 64 * 1024
+
+
+def send_by_value(imports: list[str]) -> None:
+    """Pickle the classes of a config's ``.py`` imports by value (Ray's pickler and the
+    memory probe's): a worker unpickles the run's plan without finding their files."""
+    for module in file_modules(imports):
+        ray.cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(module)
 
 
 @dataclass(frozen=True)
