@@ -1,4 +1,4 @@
-"""The README's quick start on a Ray cluster of several nodes against the local backend.
+"""The quick start on a Ray cluster of several nodes against the local backend.
 
 A cluster of a head without CPUs and two one-CPU worker nodes on this machine
 (``ray.cluster_utils.Cluster``: each node its own raylet and object store), joined by

@@ -3,7 +3,7 @@
 Three modes (``compute.mode``):
 
 * ``none`` (default) — compute is free; a run's simulated time is its communication only,
-  as in every result the README quoted before the clock had a compute part;
+  as in every result quoted before the clock had a compute part;
 * ``measured`` — the wall time of the client's phase on its device, divided by the
   client's speed factor; real, but not reproducible (it depends on the machine's load);
 * ``modelled`` — steps × ``flops_per_step`` / (``device_tflops``·10¹² × speed factor),

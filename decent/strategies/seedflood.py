@@ -23,7 +23,7 @@ The phases of an iteration with k sends: ``compute`` (estimate, send 1), ``forwa
 iteration). Wire size of a message: an 8-byte seed and a 4-byte float32 coefficient = 12
 bytes; origin, iteration and hop count ride in the (uncounted) header.
 
-Platform choices (documented in the README):
+Platform choices (documented in docs/methods/seedflood.md):
 * messages are applied at the end of the iteration in which they arrive, sorted by seed,
   so replicas that received the same messages in the same iterations are bit-for-bit
   identical whatever the arrival order;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every Combo result in the README (with the virtual environment active, as for every
+# Every Combo result in this folder's README.md (with the virtual environment active, as for every
 # `decent` command), 3 seeds each, then the reports. The records of the runs quoted in the
-# README are in runs/ beside this script.
+# README.md are in runs/ beside this script.
 #   bash experiments/combo/run_all.sh            # all five
 #   bash experiments/combo/run_all.sh sync       # or one of: sync speedup segments churn replicas
 set -euo pipefail

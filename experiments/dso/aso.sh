@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ASO result in the README (with the virtual environment active): 10 participants
+# The ASO result in this folder's README.md (with the virtual environment active): 10 participants
 # train a reward model through the DSO pipeline (aso_shakespeare.yaml), 3 seeds, with no
 # Byzantine participant, and with 2 of the 10 scaling what they send by −4 against DSO
 # (trimmed mean, commitments checked) and against a plain mean. One run at a time; a run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DSO's asynchronous option against the synchronous method in the README (with the virtual
+# DSO's asynchronous option against the synchronous method in this folder's README.md (with the virtual
 # environment active): async_digits.yaml with strategy.asynchronous true and false, 3
 # seeds, one run at a time, for about the same simulated time (150 synchronous rounds of
 # ~4 s, 540 asynchronous ticks of ~1.1 s); then the report (accuracy, simulated time to

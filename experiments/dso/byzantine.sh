@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Byzantine table in the README (with the virtual environment active, as for every
+# The Byzantine table in this folder's README.md (with the virtual environment active, as for every
 # `decent` command): tiny-llama on Shakespeare on two tiers (shakespeare.yaml, shortened to
 # 40 rounds), 3 seeds, each attack at 5/10/20/30 % Byzantine workers against
 #   mean, median          — no commitments checked;
@@ -11,7 +11,7 @@
 # payload is a sign-flipped one); `random` (a payload of N(0, 1) noise) runs at 10 and
 # 30 % only. The 0, 10 and 30 % runs go first, then 5 and 20 %. Two runs at a time; a run
 # whose record exists in the output folder is not run again.
-# Then the report. The records quoted in the README are in runs/byzantine beside this.
+# Then the report. The records quoted in this folder's README.md are in runs/byzantine beside this.
 #   bash experiments/dso/byzantine.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paired readings the README quotes for the Byzantine and ASO tables (with the virtual
+# The paired readings this folder's README.md quotes for the Byzantine and ASO tables (with the virtual
 # environment active): per-seed differences of the final metric between two arms that
 # share a seed (`decent report --paired`), from the committed records. Each writes its
 # tables to report_paired/<name>/report.md.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's fault comparison: DSGD on digits, clean and with faults, 3 seeds each, then
+# The fault comparison of this folder's README.md: DSGD on digits, clean and with faults, 3 seeds each, then
 # the report (with the virtual environment active, as for every `decent` command). The
-# records of the runs quoted in the README are in runs/ beside this script.
+# records of the runs quoted in this folder's README.md are in runs/ beside this script.
 #   bash experiments/faults/run_all.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

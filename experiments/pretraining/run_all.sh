@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's pretraining comparison: each config below with seeds 0, 1 and 2 (two runs
+# The pretraining comparison of this folder's README.md: each config below with seeds 0, 1 and 2 (two runs
 # at a time, one torch thread each), then `decent report` over the run directories. Run
 # from the repository root with the virtual environment active. The records of the runs
-# quoted in the README are in runs/ beside this script.
+# quoted in this folder's README.md are in runs/ beside this script.
 #   bash experiments/pretraining/run_all.sh
 set -euo pipefail
 here="experiments/pretraining"
@@ -22,4 +22,4 @@ jobs+=("$here/fedavg_star.yaml seed=0 name=pretrain-fedavg-star-server-100mbps n
 printf '%s\n' "${jobs[@]}" | xargs -P "${PARALLEL:-2}" -I{} sh -c \
     "decent run {} tracking.out_dir=$out tracking.progress=false > /dev/null"
 decent report "$out" --by name --metric gmp_loss,client_loss_mean --out "$here/report"
-# (the README's table: the same report over the committed records in $here/runs)
+# (README.md's table: the same report over the committed records in $here/runs)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Every SPES pretraining result in the README (with the virtual environment active, as for
+# Every SPES pretraining result in this folder's README.md (with the virtual environment active, as for
 # every `decent` command): SPES, SPES without the merging warm-up, and FedAvg with inner
 # AdamW (the paper's "DiLoCo" arm) on 4 and 8 workers, 3 seeds each, two runs at a time;
 # then the report and the paired comparisons (per-seed differences, SPES − FedAvg at equal
 # bytes and per round, and the warm-up's effect). The records of the runs quoted in the
-# README are in runs/ beside this script.
+# README.md are in runs/ beside this script.
 #   bash experiments/spes/run_all.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -22,4 +22,4 @@ slice dsgd_lora 2 1e-2
 slice choco 2 1e-4
 slice choco_lora 2 1e-2
 decent report "$out" --by strategy.name,model.lora.enabled --out "$here/cpu_slice"
-# (the README's table: the same report over the committed records in $here/cpu_slice/runs)
+# (experiments/seedflood/README.md's table: the same report over the committed records in $here/cpu_slice/runs)
