@@ -192,15 +192,21 @@ def checked_fields(
         yield name, f, f.metadata.get(CHECK)
 
 
+def section_default(f: dataclasses.Field) -> Any:
+    """The nested section field ``f`` declares (the dataclass instance its factory builds),
+    or None for a plain field."""
+    if f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        return None
+    try:
+        value = f.default_factory()  # type: ignore[misc]
+    except TypeError:
+        return None
+    return value if dataclasses.is_dataclass(value) else None
+
+
 def _nested_dataclass(f: dataclasses.Field) -> type | None:
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        try:
-            value = f.default_factory()  # type: ignore[misc]
-        except TypeError:
-            return None
-        if dataclasses.is_dataclass(value):
-            return type(value)
-    return None
+    section = section_default(f)
+    return None if section is None else type(section)
 
 
 def validate_fields(obj: Any, prefix: str) -> None:

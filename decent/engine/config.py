@@ -29,6 +29,7 @@ from decent.core.schema import (
     check_bools,
     number,
     one_of,
+    section_default,
     seed_field,
     text,
     validate_fields,
@@ -327,21 +328,14 @@ def check_shapes(data: Any, cls: type, prefix: str) -> None:
         if f.name not in data or data[f.name] is None:
             continue
         value, name = data[f.name], f"{prefix}{f.name}"
-        nested = _section_class(f)
+        section = section_default(f)
         if name in COMPONENT_SECTIONS:
             _section(value, name)
-        elif nested is not None:
+        elif section is not None:
             if not isinstance(value, dict):
                 raise ConfigError(name, f"must be a mapping of its fields, e.g. {name}: "
                                   f"{{key: value}} (got {_kind(value)})")
-            check_shapes(value, nested, f"{name}.")
-
-
-def _section_class(f: dataclasses.Field) -> type | None:
-    if f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
-        return None
-    value = f.default_factory()  # type: ignore[misc]
-    return type(value) if dataclasses.is_dataclass(value) else None
+            check_shapes(value, type(section), f"{name}.")
 
 
 def _kind(value: Any) -> str:

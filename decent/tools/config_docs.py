@@ -16,7 +16,7 @@ from typing import Any
 
 from decent.core.errors import ConfigError
 from decent.core.field_docs import field_description
-from decent.core.schema import CHECK, Check
+from decent.core.schema import CHECK, Check, section_default
 
 COMPONENTS = ("strategy", "task", "model")
 
@@ -30,25 +30,8 @@ class FieldRow:
     description: str | None
 
 
-def _nested(f: dataclasses.Field) -> Any:
-    if f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
-        return None
-    try:
-        value = f.default_factory()  # type: ignore[misc]
-    except TypeError:
-        return None
-    return value if dataclasses.is_dataclass(value) else None
-
-
-def _default(f: dataclasses.Field, owner: Any = None) -> str:
-    if owner is not None:  # a section's instance: its own defaults (SPES's cosine schedule)
-        value = getattr(owner, f.name)
-    elif f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
-    else:
-        return "required"
+def format_default(value: Any) -> str:
+    """A default as YAML writes it: ``null``, ``true``, ``[0.9, 0.999]``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -58,21 +41,21 @@ def _default(f: dataclasses.Field, owner: Any = None) -> str:
 
 def field_rows(cls: type, prefix: str = "", owner: Any = None) -> Iterator[FieldRow]:
     """The fields of config dataclass ``cls`` in declaration order, nested sections
-    flattened to dotted names (the section's own row first). ``owner``: the instance whose
-    values are the defaults (a nested section as its parent builds it)."""
+    flattened to dotted names (the section's own row first). The defaults are those of
+    ``owner`` (default: ``cls()``), so a nested section shows the values its parent builds
+    it with (SPES's cosine schedule, not the schedule class's constant one)."""
+    owner = cls() if owner is None else owner
     for f in dataclasses.fields(cls):
-        nested = _nested(f) if owner is None else getattr(owner, f.name)
-        if not dataclasses.is_dataclass(nested):
-            nested = None
+        value = getattr(owner, f.name)
         name = f"{prefix}{f.name}"
         description = field_description(cls, f.name)
-        if nested is not None:
+        if dataclasses.is_dataclass(value):
             yield FieldRow(name, "section", "", "", description)
-            yield from field_rows(type(nested), f"{name}.", nested)
+            yield from field_rows(type(value), f"{name}.", value)
             continue
         check: Check | None = f.metadata.get(CHECK)
         allowed = "any value" if check is None else check.describe()
-        yield FieldRow(name, str(f.type), _default(f, owner), allowed, description)
+        yield FieldRow(name, str(f.type), format_default(value), allowed, description)
 
 
 def _run_config() -> type:
@@ -92,7 +75,7 @@ def _registries() -> dict[str, Any]:
 def sections() -> list[str]:
     """The names ``decent config schema`` takes."""
     run = _run_config()
-    names = ["top"] + [f.name for f in dataclasses.fields(run) if _nested(f) is not None]
+    names = ["top"] + [f.name for f in dataclasses.fields(run) if section_default(f) is not None]
     for kind, registry in _registries().items():
         names += [kind] + [f"{kind}.{n}" for n in registry.names]
     return names
@@ -114,9 +97,9 @@ def section_rows(section: str) -> list[FieldRow]:
                 if r.name == "name" and not r.description else r for r in rows
                 for names in [_sharing(registries[kind], name)]]
     for f in dataclasses.fields(run):
-        nested = _nested(f)
+        nested = section_default(f)
         if f.name == section and nested is not None:
-            return list(field_rows(type(nested)))
+            return list(field_rows(type(nested), owner=nested))
     raise ConfigError("section", f"unknown section {section!r}; choose one of: "
                       f"{', '.join(sections())}")
 
@@ -177,7 +160,7 @@ def reference_markdown() -> str:
     run = _run_config()
     parts = ["## Top level", "", markdown_table(section_rows("top"), "")]
     for f in dataclasses.fields(run):
-        if _nested(f) is None:
+        if section_default(f) is None:
             continue
         parts += ["", f"## `{f.name}`", ""]
         description = field_description(run, f.name)
