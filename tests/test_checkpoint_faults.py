@@ -3,7 +3,10 @@ damaged in every way a real machine leaves files (missing, empty, truncated, one
 flipped, stale: from an older checkpoint or an edited round), is refused by `decent
 resume` in one line naming the file — exit 2, nothing on disk changed — and `decent
 resume --from-previous` goes back to the newest checkpoint that verifies and ends as the
-run that never stopped, bit for bit. A planted pickle is refused without running."""
+run that never stopped, bit for bit. A checkpoint is data: every gadget an attacker with
+write access could plant (a pickle that runs code, a class name that walks to a stdlib
+class with side effects, an unknown key, an undeclared field, a tensor subclass) is
+refused by `decent verify` and `decent resume`, the victim file untouched."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import numpy as np
 import pytest
 import torch
 
+from decent.core import snapshot
 from decent.engine.config import from_dict
-from decent.run import checkpoint
+from decent.run import checkpoint, plain
 from decent.run.runner import resume, run
 from decent.strategies.registry import STRATEGIES
 from decent.tools.cli import main
@@ -187,34 +191,135 @@ class Planted:
         return (Path.write_text, (self.marker, "ran"))
 
 
-def test_a_planted_pickle_is_refused_without_running(tmp_path, finished, capsys):
-    """A process.pt replaced by a pickle that would run code, its manifest entry updated
-    to match (a hash is no signature): refused in one line, and the code never ran."""
-    _, result, _ = finished("dsgd")
-    stopped = stopped_as(result.run_dir, "planted")
-    marker = tmp_path / "ran.txt"
-    target = stopped / NEWEST / "process.pt"
-    torch.save({"shared": Planted(marker)}, target)
+class Sub(torch.Tensor):
+    """A tensor subclass (its methods could run anything when the tensor is used)."""
+
+
+def tagged(kind: str, **fields) -> dict:
+    return {plain.TAG: kind, **fields}
+
+
+def closer(victim: Path) -> dict:
+    """The attribute-walk gadget: a name that reaches tempfile's closer through a decent
+    module that imports tempfile; built, it deletes ``victim`` when it is discarded."""
+    return tagged("dataclass", **{
+        "class": "decent.backends.ray.memory_plan:tempfile._TemporaryFileCloser",
+        "fields": {"file": 1, "name": str(victim), "delete": True}})
+
+
+def edit_client(key: str, value) -> Callable[[dict, Path], None]:
+    def edit(stored: dict, victim: Path) -> None:
+        stored[key] = value(victim) if callable(value) else value
+    return edit
+
+
+def state_field(name: str, value) -> Callable[[dict, Path], None]:
+    """A field set on the client's state object (a DSGD state dataclass)."""
+    def edit(stored: dict, victim: Path) -> None:
+        cls, fields = stored["state"][snapshot.DATACLASS]
+        stored["state"] = {snapshot.DATACLASS: (cls, {**fields, name: value})}
+    return edit
+
+
+# a stored client file edited as an attacker with write access would → (key named,
+# words of the line); each planted with the manifest recomputed (a hash is no signature)
+GADGETS = {
+    "reduce pickle": (None, "", "could run code"),
+    "attribute walk in an extra key": (edit_client("x", closer), "'x'", "never holds"),
+    "attribute walk as the state": (edit_client("state", closer), "'state'",
+                                    "_TemporaryFileCloser is not one a component registered"),
+    "attribute walk in a message": (None, "", "not one a component registered"),
+    "unknown plain key": (edit_client("notes", [1, 2]), "'notes'", "never holds"),
+    "undeclared dataclass field": (state_field("evil", 1), "'state.evil'",
+                                   "'evil', which DSGDState does not declare"),
+    "unknown class name": (edit_client("attack", {snapshot.OBJECT: (
+        tagged("class", name="os:system"), {})}), "'attack.__object__[0]'",
+        "os:system is not one"),
+    "tensor subclass": (edit_client("model", lambda v: {"w": torch.zeros(2).as_subclass(Sub)}),
+                        "", "could run code"),
+}
+
+
+def plant(stopped: Path, gadget: str, victim: Path) -> Path:
+    edit, _, _ = GADGETS[gadget]
+    target = stopped / NEWEST / ("process.pt" if gadget == "reduce pickle" else
+                                 "router.pt" if gadget == "attribute walk in a message"
+                                 else "clients/1.pt")
+    stored = torch.load(target, weights_only=True)
+    if gadget == "reduce pickle":
+        stored = {"shared": Planted(victim)}
+    elif gadget == "attribute walk in a message":
+        stored["router"]["ready"] = {0: [closer(victim)]}
+    else:
+        edit(stored, victim)
+    torch.save(stored, target)
     manifest = json.loads((stopped / NEWEST / "manifest.json").read_text())
     data = target.read_bytes()
-    manifest["files"]["process.pt"] = {"size": len(data),
-                                       "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["files"][target.relative_to(stopped / NEWEST).as_posix()] = {
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (stopped / NEWEST / "manifest.json").write_text(json.dumps(manifest))
-    assert main(["verify", str(stopped)]) == 0  # whole as far as the manifest can tell
-    capsys.readouterr()
-    err = one_line(capsys, "resume", str(stopped))
-    assert f"{target}: refused" in err and "could run code" in err
-    assert not marker.exists()
+    return target
 
 
-def test_a_stored_class_name_outside_decent_is_refused(tmp_path, finished):
+@pytest.mark.parametrize("gadget", GADGETS)
+def test_a_planted_gadget_is_refused_by_verify_and_resume(tmp_path, finished, capsys,
+                                                          gadget):
+    """Every gadget: verify names the file and the key (exit 1), resume refuses it in one
+    line (exit 2), nothing on disk changes and the victim file is intact."""
+    _, result, _ = finished("dsgd")
+    stopped = stopped_as(result.run_dir, gadget.replace(" ", "-"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    target = plant(stopped, gadget, victim)
+    _, key, words = GADGETS[gadget]
+    before = tree(stopped)
+    assert main(["verify", str(stopped)]) == 1
+    out = capsys.readouterr().out
+    assert f"{target}: refused" in out and key in out and words in out, out
+    err = one_line(capsys, "resume", str(stopped), what=gadget)
+    assert f"{target}: refused" in err and key in err and words in err, err
+    assert victim.read_text() == "mine"
+    assert tree(stopped) == before
+
+
+def test_a_stored_class_must_be_registered_and_keep_its_declared_fields(tmp_path):
     from decent.core.errors import ConfigError
-    from decent.run import plain
+    from decent.core.storable import storable
 
-    with pytest.raises(ConfigError, match="neither decent's own nor of a registered"):
-        plain.decode({plain.TAG: "class", "name": "os:system"}, "x.pt")
-    with pytest.raises(TypeError, match="only from decent or from a module that registered"):
+    with pytest.raises(ConfigError, match="os:system is not one a component registered"):
+        plain.decode(tagged("class", name="os:system"), "x.pt")
+    with pytest.raises(TypeError, match="stores only registered classes"):
         plain.encode(Path)
+
+    class Kept:
+        def __init__(self) -> None:
+            self.memory = {}
+            self.extra = 1
+
+    storable(Kept, fields=("memory",))
+    with pytest.raises(TypeError, match="keeps extra, which its registration"):
+        plain.encode(snapshot.capture({"k": Kept()}))
+
+
+def test_a_user_module_strategy_resumes_bit_identically(tmp_path, monkeypatch):
+    """The tutorial's strategy, registered from a file of one's own through imports:: its
+    state class is registered with it, and its run resumes as the run that never stopped."""
+    from tests.test_tutorial import DOC, page_files
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
+    (tmp_path / "gradient_tracking.py").write_text(
+        page_files(DOC.read_text())["gradient_tracking.py"])
+    raw = config(tmp_path, "dsgd")
+    raw["imports"] = ["gradient_tracking.py"]
+    raw["strategy"] = {"name": "gradient_tracking", "lr": 0.1}
+    cfg = from_dict(raw)
+    full, full_vectors = run_capturing(run, cfg, cfg)
+    assert main(["verify", str(full.run_dir)]) == 0
+    resumed, vectors = run_capturing(resume, cfg, stopped_copy(full.run_dir))
+    assert steady(resumed.rows) == steady(full.rows)
+    for cid, vec in full_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
 
 
 def test_verify_names_each_problem_in_a_line(finished, capsys):

@@ -15,7 +15,6 @@ import torch
 from decent.core.errors import StrategyError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
-from decent.core.registry import Entry
 from decent.core.schema import at_least, positive
 from decent.engine.config import from_dict
 from decent.engine.group import ClientGroup, build_task
@@ -303,8 +302,9 @@ class GradientTracking(Strategy[GTState]):
 
 @pytest.fixture()
 def gradient_tracking(monkeypatch):
-    monkeypatch.setitem(STRATEGIES._entries, GradientTracking.name,
-                        Entry(GTConfig, GradientTracking))
+    # registered as a method is (its State becomes storable), forgotten after the test
+    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
+    STRATEGIES.register(GradientTracking.name, GTConfig, GradientTracking)
 
 
 def gt_config(tmp_path, **sections):

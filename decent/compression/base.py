@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 
 from decent.core.schema import in_range, one_of
+from decent.core.storable import storable
 
 COMPRESSORS = ("identity", "topk", "int8", "topk_int8")
 VALUE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -41,6 +42,7 @@ class Compressor(Protocol):
         """The dense tensor the receiver reconstructs (shape and dtype of ``like``)."""
 
 
+@storable(fields=())
 class Identity:
     """No compression: the tensor itself (``4·numel`` bytes in float32)."""
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import torch
 
 from decent.compression.base import Compressor, Payload
+from decent.core.storable import storable
 
 
+@storable(fields=('compressor', 'memory'))
 class ErrorFeedback:
     def __init__(self, compressor: Compressor) -> None:
         self.compressor = compressor

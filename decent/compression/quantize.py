@@ -10,10 +10,12 @@ from __future__ import annotations
 import torch
 
 from decent.compression.base import Payload
+from decent.core.storable import storable
 
 QMAX = 127
 
 
+@storable(fields=())
 class Int8:
     def compress(self, x: torch.Tensor) -> Payload:
         x = x.detach().float()

@@ -13,12 +13,14 @@ import math
 import torch
 
 from decent.compression.base import Payload
+from decent.core.storable import storable
 
 
 def kept(numel: int, keep: float) -> int:
     return max(1, math.ceil(keep * numel))
 
 
+@storable(fields=('keep', 'value_dtype'))
 class TopK:
     def __init__(self, keep: float, value_dtype: torch.dtype = torch.float32) -> None:
         self.keep = keep
@@ -41,6 +43,7 @@ class TopK:
         return out.reshape(like.shape)
 
 
+@storable(fields=('keep', 'value_dtype'))
 class TopKInt8(TopK):
     """Top-K whose kept values travel as INT8 with one float32 scale (DSO's Top-1 % +
     INT8): ``k · (4 + 1) + 4`` bytes."""

@@ -28,12 +28,14 @@ import numpy as np
 import torch
 
 from decent.core.errors import StrategyError
+from decent.core.storable import storable
 from decent.core.tree import tree_leaves, tree_map
 
 SEED_BYTES = 8
 SCALAR_BYTES = 4
 
 
+@storable
 @dataclass(frozen=True)
 class Seed:
     """A 64-bit seed: 8 bytes on the wire."""
@@ -41,6 +43,7 @@ class Seed:
     value: int
 
 
+@storable
 @dataclass(frozen=True)
 class Scalar:
     """A float32 scalar: 4 bytes on the wire."""
@@ -48,6 +51,7 @@ class Scalar:
     value: float
 
 
+@storable
 @dataclass(frozen=True)
 class Declared:
     """A payload whose wire size is computed by the code that encoded it.
@@ -65,6 +69,7 @@ class Declared:
 PAYLOAD_NODES: tuple[type, ...] = (Declared,)
 
 
+@storable
 @dataclass
 class Message:
     """One message from client ``src`` to its neighbour ``dst``.

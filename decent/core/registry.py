@@ -10,6 +10,7 @@ still uses one is told the new name.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from decent.core.errors import ConfigError
 from decent.core.schema import check_bools, validate_fields
+from decent.core.storable import storable
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,11 @@ class Registry:
 
     def register(self, name: str, config: type, build: Callable[..., Any]) -> None:
         self._entries[name] = Entry(config, build)
-
-    def modules(self) -> set[str]:
-        """The modules the registered components live in (a checkpoint may name their
-        classes: a strategy's state dataclass beside the strategy)."""
-        return {obj.__module__ for e in self._entries.values() for obj in (e.config, e.build)
-                if getattr(obj, "__module__", None)}
+        # a strategy's per-client State goes into checkpoints: registering the strategy
+        # allows it there (a method from a user's own module resumes like decent's own)
+        state = getattr(build, "State", None)
+        if isinstance(state, type) and dataclasses.is_dataclass(state):
+            storable(state)
 
     @property
     def names(self) -> list[str]:

@@ -38,11 +38,13 @@ import torch
 
 from decent.core.messages import PAYLOAD_NODES, Scalar
 from decent.core.schema import at_least, number, one_of
+from decent.core.storable import storable
 from decent.core.tree import tree_map
 
 ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay", "forge")
 
 
+@storable
 @dataclass
 class AttackConfig:
     # sign_flip, scale (× factor), gaussian / random noise (std), replay an old payload (lag), forge
@@ -76,6 +78,7 @@ def _noise(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.
     return (std * z).to(like.device, like.dtype)
 
 
+@storable(fields=('cfg', '_sent'))
 class Attack:
     """One Byzantine client's attack (it keeps the client's send history for replay)."""
 

@@ -222,7 +222,8 @@ def problems(run_dir: Path, name: str) -> list[str]:
         found.append(f"{where}/{MANIFEST} says round {manifest['next_round']}, its folder "
                      "another")
     for rel, want in sorted(manifest["files"].items()):
-        found += file_problems(folder / rel, want)
+        # whole, then what resume will load: the same allow-list (a hash is no signature)
+        found += file_problems(folder / rel, want) or content_problems(folder / rel, want)
     listed = set(manifest["files"]) | {MANIFEST}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
@@ -252,6 +253,14 @@ def file_problems(path: Path, want: dict[str, Any]) -> list[str]:
         return [f"{path}: {what} ({size} bytes; the manifest says {want['size']})"]
     if sha256_file(path) != want["sha256"]:
         return [f"{path}: altered (its SHA-256 differs from the manifest's)"]
+    return []
+
+
+def content_problems(path: Path, want: dict[str, Any]) -> list[str]:
+    try:
+        load(path, want)
+    except ConfigError as exc:
+        return [str(exc).partition(": ")[2] or str(exc)]
     return []
 
 
@@ -362,4 +371,7 @@ def load(path: Path, want: dict[str, Any]) -> Any:
     except (RuntimeError, EOFError, ValueError) as exc:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ConfigError("run_dir", f"{path}: unreadable ({reason})") from None
+    key = plain.keys_problem(path, stored)
+    if key is not None:
+        raise plain.refused(str(path), key, "a key this file never holds")
     return plain.decode(stored, str(path))

@@ -48,6 +48,7 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message, Scalar, Seed
 from decent.core.schema import at_least, one_of, positive, seed_field
 from decent.core.stats import Max, Mean
+from decent.core.storable import storable
 from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
 from decent.strategies.config import StrategyConfig
 from decent.strategies.inbox import Inbox
@@ -76,6 +77,7 @@ class SeedFloodConfig(StrategyConfig):
         return self.batch_size
 
 
+@storable
 @dataclass(frozen=True)
 class Flooded:
     """One update as a client holds it: the 12 bytes, and the header (origin, the
@@ -100,6 +102,7 @@ class SeedFloodState:
     sent: list[Update] = field(default_factory=list)
 
 
+@storable
 @dataclass
 class SeedFloodProcess:
     """What the clients of one process share: the estimator (SubCGE's basis and the frozen

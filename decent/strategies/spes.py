@@ -41,6 +41,7 @@ from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
+from decent.core.storable import storable
 from decent.models import params
 from decent.models.expert_merging import SIMILARITY, TASK_VECTORS, merge_layer
 from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
@@ -117,6 +118,7 @@ class SPESConfig(OuterStepConfig):
                               f"({self.local_steps}); got {self.merge_every}")
 
 
+@storable
 @dataclass
 class FrozenExperts:
     """A process's copies of the global experts its workers hold frozen: name → tensor per
@@ -127,6 +129,7 @@ class FrozenExperts:
     next_key: int = INITIAL - 1  # keys for versions made by a bootstrap
 
 
+@storable
 @dataclass
 class SPESProcess:
     """What the clients of one process share: the expert layout and the frozen experts."""

@@ -23,12 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from decent.core.storable import storable
 from decent.models import params
 from decent.zo import mezo, subcge
 
 Update = tuple[int, float]  # (seed, coefficient c): θ ← θ − c·z(seed)
 
 
+@storable
 @dataclass
 class DenseReplica:
     """A replica under dense MeZO: its live trainable tensors."""
@@ -50,6 +52,7 @@ class DenseReplica:
 Replica = DenseReplica | subcge.SubCGEState
 
 
+@storable(fields=())
 class DenseMeZO:
     def prepare_base(self, model: nn.Module) -> None:
         pass
@@ -77,6 +80,7 @@ class DenseMeZO:
         pass
 
 
+@storable(fields=('rank', 'seed', 'basis', 'anchor_1d'))
 class SubCGE:
     """One instance per process: holds the shared basis (U, V) and the shared weights."""
 

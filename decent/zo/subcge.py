@@ -24,9 +24,11 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from decent.core.storable import storable
 from decent.zo import mezo
 
 
+@storable(fields=('names', 'shapes', 'device', 'rank', 'U', 'V'))
 class SubspaceBasis:
     """The shared U_ℓ, V_ℓ of every target Linear layer (one instance per process)."""
 
@@ -67,6 +69,7 @@ class SubspaceBasis:
             w.add_((self.U[ell] @ A[ell] @ self.V[ell].T).to(w.dtype))
 
 
+@storable
 @dataclass
 class SubCGEState:
     """What a replica holds privately: ``A`` (L×r×r), its 1-D tensors (biases, norms;
