@@ -126,3 +126,21 @@ def data_dir() -> Path:
         pytest.skip(f"shared benchmark data not found at {SHARED_DATA} (it lives beside the "
                     "checkout, in ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture()
+def folder(tmp_path, monkeypatch):
+    """An empty working folder; the files it imports (a config's ``imports:``) and what
+    they register are forgotten after."""
+    import sys
+
+    from decent.engine import imports
+    from decent.strategies.registry import STRATEGIES
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
+    loaded: dict[str, Path] = {}
+    monkeypatch.setattr(imports, "_FILES", loaded)
+    yield tmp_path
+    for name in loaded:  # the modules import_plugins made from files, and only those
+        sys.modules.pop(name, None)

@@ -301,13 +301,12 @@ def test_a_stored_class_must_be_registered_and_keep_its_declared_fields(tmp_path
         plain.encode(snapshot.capture({"k": Kept()}))
 
 
-def test_a_user_module_strategy_resumes_bit_identically(tmp_path, monkeypatch):
+def test_a_user_module_strategy_resumes_bit_identically(tmp_path, folder):
     """The tutorial's strategy, registered from a file of one's own through imports:: its
-    state class is registered with it, and its run resumes as the run that never stopped."""
+    state class is registered with it, and its run resumes as the run that never stopped.
+    (``folder``: the imported file and what it registers are forgotten after.)"""
     from tests.test_tutorial import DOC, page_files
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
     (tmp_path / "gradient_tracking.py").write_text(
         page_files(DOC.read_text())["gradient_tracking.py"])
     raw = config(tmp_path, "dsgd")

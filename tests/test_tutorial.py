@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from decent.engine import imports
-from decent.strategies.registry import STRATEGIES
 from decent.tools.cli import main
 from tests.helpers import tiny
 
@@ -69,18 +66,6 @@ def tables(markdown: str) -> list[str]:
             found.append("\n".join(current))
             current = []
     return found
-
-
-@pytest.fixture()
-def folder(tmp_path, monkeypatch):
-    """An empty working folder; what the page's files register is forgotten after."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
-    loaded: dict[str, Path] = {}
-    monkeypatch.setattr(imports, "_FILES", loaded)
-    yield tmp_path
-    for name in loaded:  # the modules import_plugins made from files, and only those
-        sys.modules.pop(name, None)
 
 
 def test_the_tutorial_runs_as_written_and_reports_the_tables_on_the_page(folder, capsys):
