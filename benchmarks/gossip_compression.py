@@ -21,6 +21,7 @@ import torch
 
 from decent.backends.local import local_engine
 from decent.compression import CompressionConfig, build_compressor
+from decent.compression.topk import TopKConfig
 from decent.core.messages import wire_size
 from decent.engine.config import from_dict
 from decent.models.causal_lm import CausalLMConfig, build_causal_lm
@@ -28,7 +29,7 @@ from decent.models.lora import LoRAConfig
 
 COMPRESSORS = {
     "dense fp32": CompressionConfig(name="identity"),
-    "top-k 1%": CompressionConfig(name="topk", keep=0.01),
+    "top-k 1%": TopKConfig(keep=0.01),
     "int8": CompressionConfig(name="int8"),
 }
 

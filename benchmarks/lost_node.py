@@ -9,7 +9,11 @@ next try. ``restart`` goes back to the checkpoint of round 20 on the node left a
 end as the local run, bit for bit; ``churn`` goes on without the lost clients. Prints one
 line per try and the tally.
 
-    python benchmarks/lost_node.py [--tries 10]
+``--quickstart``: the quick start as a user runs it (``experiments/quickstart.yaml
+backend=ray ray.on_actor_death=restart checkpoint.every=5``, 20 rounds), a worker removed
+once 8 rounds are logged, under ``restart`` only.
+
+    python benchmarks/lost_node.py [--tries 10] [--quickstart]
 """
 
 from __future__ import annotations
@@ -26,7 +30,18 @@ LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "dis
                  "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+QUICKSTART = False  # --quickstart: the quick start's config, removed after round 8
+
+
 def config(out: Path, **sections: Any) -> dict[str, Any]:
+    if QUICKSTART:
+        import yaml
+
+        raw = yaml.safe_load((Path(__file__).resolve().parents[1] /
+                              "experiments/quickstart.yaml").read_text())
+        return {**raw, "rounds": 20, "checkpoint": {"every": 5},
+                "tracking": {"out_dir": str(out), "progress": False,
+                             "wandb": {"mode": "disabled"}}, **sections}
     return {"name": "lost-node", "seed": 0, "rounds": 60,
             "topology": {"name": "ring", "n": 6},
             "strategy": {"name": "dsgd", "local_steps": 2, "batch_size": 8, "lr": 0.1},
@@ -50,10 +65,12 @@ def lose_a_node(policy: str, out: Path, cluster: Any, workers: list[Any],
                                                      "reuse_actors": False}))
     removed: list[str] = []
 
+    after = 8 if QUICKSTART else 25
+
     def remove_at_round_25() -> None:
         while True:
             found = glob.glob(f"{runs}/.*.partial/metrics.jsonl")
-            if found and len(Path(found[0]).read_text().splitlines()) >= 25:
+            if found and len(Path(found[0]).read_text().splitlines()) >= after:
                 break
             time.sleep(0.02)
         # a worker: spread over the two, each hosts actors (the summary names it)
@@ -92,7 +109,11 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tries", type=int, default=10)
+    p.add_argument("--quickstart", action="store_true")
     args = p.parse_args()
+    global QUICKSTART
+    QUICKSTART = args.quickstart
+    policies = ("restart",) if QUICKSTART else ("restart", "churn")
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
     lines, tally = [], {"restart": 0, "churn": 0}
@@ -105,7 +126,7 @@ def main() -> None:
         ray.init(address=cluster.address)
         try:
             for k in range(args.tries):
-                for policy in ("restart", "churn"):
+                for policy in policies:
                     ok, line = lose_a_node(policy, Path(out), cluster, workers, reference, k)
                     tally[policy] += ok
                     lines.append(line)
@@ -113,6 +134,10 @@ def main() -> None:
         finally:
             ray.shutdown()
             cluster.shutdown()
+    if QUICKSTART:
+        print("the quick start, a worker node of 2 removed after round 8 (checkpoints every "
+              f"5 rounds); as expected: restart {tally['restart']}/{args.tries}")
+        return
     print("a worker node of 2 removed after round 25 (checkpoints every 10 rounds); "
           f"as expected: restart {tally['restart']}/{args.tries}, churn "
           f"{tally['churn']}/{args.tries}")

@@ -146,6 +146,65 @@ def lose_a_node(cluster: Any, workers: list[Any], node: dict[str, Any],
             "actor_losses": result.summary.get("actor_losses")}
 
 
+def lose_two_nodes(cluster: Any, workers: list[Any], node: dict[str, Any],
+                   layouts: list[dict[str, Any]], out: Path, reference: Any
+                   ) -> dict[str, Any]:
+    """DSGD under ``restart`` on three one-CPU workers, with no node added back: the
+    worker hosting the last client removed once REMOVE_AFTER rows are logged, and a
+    second worker removed as soon as the restart starts planning (before its actors are
+    placed). The run plans again over the nodes that answer, as often as it must, and
+    ends as the local run."""
+    from decent.backends.ray import spread
+    from decent.engine.config import from_dict
+    from decent.run.runner import run
+
+    workers.append(cluster.add_node(**node))
+    base = method_run(out, "dsgd", "two-local")  # ``reference`` is its local run
+    planning = threading.Event()
+    facts = spread.cluster_facts
+
+    def noting(*args: Any, **kw: Any) -> Any:
+        planning.set()
+        return facts(*args, **kw)
+
+    spread.cluster_facts = noting  # type: ignore[assignment]
+    removed: list[str] = []
+    n = base["topology"]["n"]
+
+    def remove_two() -> None:
+        while True:
+            rows = glob.glob(f"{out}/two/runs/.*.partial/metrics.jsonl")
+            if rows and len(Path(rows[0]).read_text().splitlines()) >= REMOVE_AFTER:
+                break
+            time.sleep(0.02)
+        host = next(a["node"] for a in layouts[-1]["ray_actor_nodes"].values()
+                    if n - 1 in a["clients"])
+        planning.clear()
+        victim = next(w for w in workers if w.node_id == host)
+        workers.remove(victim)
+        removed.append(victim.node_id)
+        cluster.remove_node(victim)
+        planning.wait()  # the restart is planning: the second goes now
+        if len(workers) > 1:  # one worker stays
+            victim = workers.pop(0)
+            removed.append(victim.node_id)
+            cluster.remove_node(victim)
+
+    threading.Thread(target=remove_two, daemon=True).start()
+    cfg = from_dict({**base, "tracking": {**base["tracking"], "out_dir": str(out / "two/runs")},
+                     "backend": "ray", "ray": {"reuse_actors": False, "memory_plan": False,
+                                               "on_actor_death": "restart"}})
+    try:
+        result = run(cfg)
+    finally:
+        spread.cluster_facts = facts  # type: ignore[assignment]
+        while len(workers) < 2:  # the next run has two workers again
+            workers.append(cluster.add_node(**node))
+    return {"restarts": result.summary["restarts"], "removed": removed,
+            "actors_after": result.summary["ray_actors"],
+            "equal_to_local": steady(result.rows) == steady(reference.rows)}
+
+
 def resumed_after_driver_kill(address: str, out: Path) -> dict[str, Any]:
     """``decent run`` attached to the cluster in a driver process of its own, SIGKILLed
     once 5 rounds are logged (checkpoints every 2), then ``resume``d from this process,
@@ -229,14 +288,18 @@ def main(out: Path) -> dict[str, Any]:
         # under restart a lost node takes the same path whatever the method (each one's
         # checkpoint and resume are tested bit for bit in tests/test_checkpoint.py): DSGD
         # and SeedFlood, which can survive a lost node no other way
+        references: dict[str, Any] = {}
         for method, policies in (("dsgd", ("churn", "restart")), ("fedavg", ("churn",)),
                                  ("seedflood", ("churn", "restart")), ("combo", ("churn",))):
             base = method_run(out, method, f"local-{method}")
-            reference = run(from_dict(base)) if "restart" in policies else None
+            reference = references[method] = run(from_dict(base)) \
+                if "restart" in policies else None
             for policy in policies:
                 key = f"lose_{method}_{policy}"
                 found[key] = lose_a_node(cluster, workers, node, layouts, base, reference,
                                          out / key, policy)
+        found["lose_two"] = lose_two_nodes(cluster, workers, node, layouts, out / "two",
+                                           references["dsgd"])
         found["resumed"] = resumed_after_driver_kill(cluster.address, out)
     finally:
         ray.shutdown()

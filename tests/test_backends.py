@@ -181,3 +181,34 @@ def test_a_later_run_builds_its_clients_in_the_earlier_runs_processes(tmp_path, 
         assert not set(ids(fresh)) & set(ids(third))
     finally:
         fresh.close()
+
+
+def test_an_executor_registered_from_a_users_file_runs_the_run(folder, monkeypatch, capsys):
+    """``backend:`` names a registered executor: one a config's ``imports:`` file
+    registers runs the run (here: the in-process one, counting its phases), and an
+    unknown backend is one line naming the executors there are."""
+    from decent.engine.executor import EXECUTORS, executor_spec
+    from decent.tools.cli import main
+
+    monkeypatch.setattr(EXECUTORS, "_entries", dict(EXECUTORS._entries))
+    (folder / "counting.py").write_text(
+        "from decent.backends.local import InProcess\n"
+        "from decent.engine.executor import EXECUTORS, ExecutorSpec, LocalConfig\n\n"
+        "PHASES = []\n\n\n"
+        "class Counting(InProcess):\n"
+        "    def run_phase(self, *args, **kw):\n"
+        "        PHASES.append(args[2])\n"
+        "        return super().run_phase(*args, **kw)\n\n\n"
+        "EXECUTORS.register('counting', LocalConfig, ExecutorSpec('counting:Counting'))\n")
+    cfg = from_dict(tiny(folder, rounds=2, imports=["counting.py"], backend="counting"))
+    result, _ = run_capturing(run, cfg, cfg)
+    import counting  # the file's module, as imports: loaded it
+
+    assert len(result.rows) == 2 and counting.PHASES  # every phase ran on it
+    assert executor_spec("counting").loss_policy(cfg).on_loss == "churn"
+    import yaml
+
+    (folder / "run.yaml").write_text(yaml.safe_dump(tiny(folder, imports=["counting.py"])))
+    assert main(["run", str(folder / "run.yaml"), "backend=nope"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: backend: unknown backend 'nope'; choose one of: counting, local, ray")

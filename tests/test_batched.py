@@ -5,6 +5,7 @@ batched kernel sums in another order) — whatever the grouping of clients into 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -14,12 +15,13 @@ import pytest
 import torch
 
 from decent.core.errors import ConfigError
-from decent.engine.batched import make_batcher
 from decent.engine.config import from_dict
 from decent.engine.execution import ExecutionConfig
 from decent.engine.group import ClientGroup
 from decent.engine.plan import build_plan
+from decent.engine.stacking import Stacking, decide, make_batcher, mode_of
 from decent.run.runner import resume, run
+from decent.strategies.dsgd import DSGD
 from tests.helpers import (
     assert_ray_equals_local,
     rows_and_vectors,
@@ -178,26 +180,47 @@ def test_batched_ray_equals_local_for_any_grouping(tmp_path, ray_session, fake_c
 def test_batched_refusals_and_auto_fallback(tmp_path):
     """What cannot be stacked is refused under batched, naming execution.mode, and runs
     sequentially under auto."""
-    for strategy in ({"name": "seedflood"}, {"name": "dso"}):
+    for strategy in ({"name": "dso"},):
         with pytest.raises(ConfigError) as err:
             from_dict(tiny(tmp_path, strategy=strategy, execution={"mode": "batched"}))
         assert err.value.field == "execution.mode" and "auto" in str(err.value)
     with pytest.raises(ConfigError, match="z-loss"):
         from_dict(tiny(tmp_path, execution={"mode": "batched"},
                        strategy={"name": "dsgd", "logit_z_loss": 1e-4}))
-    auto = from_dict(tiny(tmp_path, strategy={"name": "seedflood"},
-                          execution={"mode": "auto"}))
+    auto = from_dict(tiny(tmp_path, execution={"mode": "auto"},
+                          strategy={"name": "dsgd", "logit_z_loss": 1e-4}))
     assert group_after(auto, 0).batcher is None
     cfg = from_dict(tiny(tmp_path, execution={"mode": "batched"}))
     group = group_after(cfg, 0)
     dropout = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1))
     with pytest.raises(ConfigError, match="dropout"):
-        make_batcher(ExecutionConfig("batched"), group.strategy, dropout, group.clients, 6)
-    assert make_batcher(ExecutionConfig("auto"), group.strategy, dropout, group.clients,
-                        6) is None
+        make_batcher(in_mode(cfg, "batched"), group.strategy, dropout, group.clients)
+    assert make_batcher(in_mode(cfg, "auto"), group.strategy, dropout, group.clients) is None
     norm = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
     with pytest.raises(ConfigError, match="running statistics"):
-        make_batcher(ExecutionConfig("batched"), group.strategy, norm, group.clients, 6)
+        make_batcher(in_mode(cfg, "batched"), group.strategy, norm, group.clients)
+
+
+def in_mode(cfg, mode):
+    return dataclasses.replace(cfg, execution=ExecutionConfig(mode))
+
+
+def test_unset_is_auto_on_a_gpu_and_sequential_on_a_cpu(tmp_path, monkeypatch):
+    """A user who only sets device=cuda gets the fast path: on a GPU every run that can
+    stack does (a transformers model too, kept sequential on a CPU), its chunk sized from
+    the GPU's free memory; on a CPU an unset mode is sequential."""
+    cfg = from_dict(tiny(tmp_path))
+    assert cfg.execution.mode is None and mode_of(cfg) == "sequential"
+    model = group_after(cfg, 0).base_model
+    assert not decide(cfg, DSGD, model, 6).batched
+    lora = lora_config(tmp_path, None, {"lr": 0.05})
+    lm = group_after(lora, 0).base_model
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (1000 * 2**20, 80_000 * 2**20))
+    assert mode_of(cfg) == "auto"  # device: auto, and a GPU is there
+    on_gpu = decide(lora, DSGD, lm, 16, per_client_mb=100.0)
+    assert on_gpu == Stacking(True, 8)  # ⌊0.8 · 1000 MB / 100 MB⌋ rows, below chunk 256
+    assert decide(lora, DSGD, lm, 4, 1.0).chunk == 4  # n caps it
 
 
 @pytest.mark.parametrize("name", ["dsgd", "diloco"])
@@ -217,12 +240,13 @@ def test_a_resumed_batched_run_is_the_run_that_never_stopped(tmp_path, name):
         np.testing.assert_array_equal(vectors[cid], vec)
 
 
-def lora_config(tmp_path: Path, mode: str, optimizer: dict, dropout: float = 0.0):
+def lora_config(tmp_path: Path, mode: str, optimizer: dict, dropout: float = 0.0,
+                dtype: str = "float32"):
     return from_dict(tiny(
         tmp_path, topology={"name": "ring", "n": 4},
         task={"name": "lm", "corpus": "shakespeare", "seq_len": 32, "max_tokens": 20_000,
               "partition": "contiguous", "max_eval_sequences": 8},
-        model={"name": "causal_lm", "path": "tiny-llama",
+        model={"name": "causal_lm", "path": "tiny-llama", "dtype": dtype,
                "lora": {"enabled": True, "dropout": dropout}},
         strategy={"name": "dsgd", "local_steps": 3, "batch_size": 4, **optimizer},
         execution={"mode": mode}))
@@ -231,6 +255,11 @@ def lora_config(tmp_path: Path, mode: str, optimizer: dict, dropout: float = 0.0
 # LoRA with AdamW: Adam's normalised step turns a last-bit difference in a gradient into
 # a difference of up to ~lr · 1e-3 in the adapters (measured 5.7e-6 at lr 1e-2)
 LORA_ATOL = {"sgd": F32_ATOL, "adamw": 1e-5}
+# a bfloat16 base: the activations the adapters see round at 8 bits of mantissa, and a
+# stacked matmul may round them otherwise than the clients' own; AdamW normalises such a
+# difference into a step of up to lr, so an entry may move by up to steps × lr (3 × 1e-3;
+# measured 1.4e-3 on 2 of 3 584 entries), while almost every entry agrees to 1e-4
+BF16_ATOL = 3e-3
 
 
 @pytest.mark.parametrize("optimizer", [
@@ -250,6 +279,25 @@ def test_lora_clients_share_one_forward_and_equal_sequential(tmp_path, optimizer
         assert b.stats["loss"] == pytest.approx(a.stats["loss"], rel=1e-6)
         np.testing.assert_allclose(bat.strategy.state_vector(b), seq.strategy.state_vector(a),
                                    rtol=0, atol=LORA_ATOL[optimizer["optimizer"]])
+
+
+def test_half_precision_lora_clients_equal_sequential_within_rounding(tmp_path):
+    """model.dtype: bfloat16 on the batched LoRA path: the frozen base in bfloat16, the
+    adapters (and so AdamW's moments, kept in their parameters' dtype) in float32 as peft
+    makes them in both modes, the same draws and, within rounding, the same adapters."""
+    optimizer = {"optimizer": "adamw", "lr": 1e-3}
+    seq = group_after(lora_config(tmp_path, "sequential", optimizer, dtype="bfloat16"), 1)
+    bat = group_after(lora_config(tmp_path, "batched", optimizer, dtype="bfloat16"), 1)
+    assert bat.batcher.chunks[0].lora is not None
+    assert all(p.dtype == torch.float32 for p in bat.batcher.chunks[0].params.values())
+    assert {p.dtype for p in bat.base_model.parameters() if not p.requires_grad} >= {
+        torch.bfloat16}
+    for cid in seq.cids:
+        a, b = seq.clients[cid], bat.clients[cid]
+        assert b.stats["loss"] == pytest.approx(a.stats["loss"], rel=2e-2)
+        mine, theirs = bat.strategy.state_vector(b), seq.strategy.state_vector(a)
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=BF16_ATOL)
+        assert np.mean(np.abs(mine - theirs) <= 1e-4) >= 0.99
 
 
 def test_lora_dropout_is_refused_under_batched(tmp_path):
@@ -290,3 +338,48 @@ def test_lora_prompts_of_different_lengths_are_padded_per_client(tmp_path):
         assert b.stats["loss"] == pytest.approx(a.stats["loss"], rel=1e-6)
         np.testing.assert_allclose(bat.strategy.state_vector(b), seq.strategy.state_vector(a),
                                    rtol=0, atol=F32_ATOL)
+
+
+def test_the_runner_reaches_the_strategy_through_its_phase_context(tmp_path, monkeypatch):
+    """Batched, a phase's context carries the process's runner and every client's steps,
+    mix and zeroth-order estimate reach the chunk's stacked computation (one call per
+    chunk, not one per client); sequential, the context has none. Nothing is installed in
+    a module: two groups in one process keep their own."""
+    from decent.engine import batched, stacked_zo
+    from decent.engine.stacked import ChunkStack
+
+    served: list[int] = []
+    take, mix = ChunkStack.take_steps, ChunkStack.mix
+    monkeypatch.setattr(ChunkStack, "take_steps",
+                        lambda self, reqs: served.append(len(reqs)) or take(self, reqs))
+    monkeypatch.setattr(ChunkStack, "mix",
+                        lambda self, reqs: served.append(-len(reqs)) or mix(self, reqs))
+    group = group_after(from_dict(tiny(tmp_path, execution={"mode": "batched"})), 1)
+    assert served == [6, -6]  # the 6 clients' steps at once, then their mixes at once
+    assert group_after(from_dict(tiny(tmp_path)), 1).batcher is None
+    estimated: list[int] = []
+    estimates = stacked_zo.estimates
+    monkeypatch.setattr(batched, "estimates",
+                        lambda reqs: estimated.append(len(reqs)) or estimates(reqs))
+    group_after(from_dict(tiny(tmp_path, strategy={"name": "mezo"},
+                               execution={"mode": "batched"})), 1)
+    assert estimated and max(estimated) == 6
+    assert group.batcher is not None
+
+
+def test_auto_on_a_cpu_batches_subcge_estimates_and_keeps_dense_mezo_sequential(tmp_path):
+    """Zeroth-order estimates are forward passes: SubCGE's stacked ones measured faster
+    than sequential on a CPU, dense MeZO's vmapped ones slower; first-order LoRA
+    (transformers) stays sequential there."""
+    from types import SimpleNamespace
+
+    cfg = from_dict(tiny(tmp_path, execution={"mode": "auto"}))
+    model = group_after(cfg, 0).base_model
+
+    def zo(kind):
+        return SimpleNamespace(batchable=True, name="zo", batch_note="", zo_estimator=kind)
+
+    assert decide(cfg, zo("subcge"), model, 6).batched
+    mezo = decide(cfg, zo("mezo"), model, 6)
+    assert not mezo.batched and "dense MeZO" in mezo.reason
+    assert decide(cfg, DSGD, model, 6).batched  # an MLP's steps stack on a CPU

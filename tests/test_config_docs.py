@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from decent.core.field_docs import field_description
+from decent.core.registry import component_fields
 from decent.core.schema import CHECK, at_least, checked_fields, positive
 from decent.engine.config import RunConfig, from_dict, load_config, to_yaml
 from decent.tools import config_docs
@@ -141,11 +142,21 @@ def test_the_reference_page_has_a_row_for_every_field_of_every_component() -> No
         if cls is RunConfig:
             continue
         kind = where.partition(".")[0]
+        parts = component_fields(cls)  # one row each; their fields: in their own tables
         for name, _, _ in checked_fields(cls):
-            assert f"| `{kind}.{name}` |" in page, f"{where}: {name}"
+            head = name.partition(".")[0]
+            assert f"| `{kind}.{head if head in parts else name}` |" in page, f"{where}: {name}"
     declared = [f for f in dataclasses.fields(RunConfig) if CHECK in f.metadata]
     for f in declared:
         assert f"| `{f.name}` |" in page
+    # each registered part's variants, with the fields each declares, under its section
+    for kind, where in config_docs.WHERE.items():
+        registry = config_docs._registries()[kind]
+        assert f"`{where}.name` picks one of" in page
+        for variant in registry.names:
+            for f in dataclasses.fields(registry.entry(variant).config):
+                assert f"| `{where}.{f.name}` |" in page, f"{kind}.{variant}: {f.name}"
+    assert "### topology: `meshgrid`, `torus`" in page  # variants sharing a class: one table
 
 
 def test_a_section_shows_the_defaults_its_parent_builds_it_with() -> None:

@@ -15,7 +15,7 @@ from decent.engine.config import from_dict
 from decent.network.faults import FaultsConfig, PartitionConfig, WireFaults, byzantine_clients
 from decent.network.router import Router
 from decent.network.timing import Network, NetworkConfig
-from decent.robust.attacks import Attack, AttackConfig
+from decent.robust.attacks import ATTACKS, Attack, AttackConfig, ReplayConfig
 from decent.run.runner import run
 from decent.strategies.registry import STRATEGIES
 from decent.topologies import TopologyConfig, build_topology
@@ -142,6 +142,12 @@ def ints(payload) -> list:
     return []
 
 
+def noisy(attack: str) -> AttackConfig:
+    """``attack``'s config, with std 0.5 where it draws noise (the others have no std)."""
+    return ATTACKS.config({"name": attack, **({"std": 0.5} if attack in ("gaussian", "random")
+                                              else {})})
+
+
 @pytest.mark.parametrize("kind", list(payloads()))
 @pytest.mark.parametrize(("attack", "expect"), [
     ("sign_flip", lambda x, noise: -x),
@@ -151,7 +157,7 @@ def ints(payload) -> list:
 ])
 def test_attacks_change_floats_only_and_keep_the_wire_size(kind, attack, expect):
     honest = payloads()[kind]
-    out = Attack(AttackConfig(name=attack, std=0.5))(honest, dst=1, step=0, seq=0,
+    out = Attack(noisy(attack))(honest, dst=1, step=0, seq=0,
                                                      seed_words=[1, 2, 3])
     assert wire_size(out) == wire_size(honest)
     assert ints(out) == ints(honest)  # indices, codes and seeds untouched
@@ -160,12 +166,12 @@ def test_attacks_change_floats_only_and_keep_the_wire_size(kind, attack, expect)
     np.testing.assert_allclose(after, expect(before, noise), rtol=1e-6)
     if attack in ("gaussian", "random"):
         assert np.all(noise != 0) and np.std(noise) < 5 * 0.5
-        again = Attack(AttackConfig(name=attack, std=0.5))(honest, 1, 0, 0, [1, 2, 3])
+        again = Attack(noisy(attack))(honest, 1, 0, 0, [1, 2, 3])
         assert flat_floats(again) == flat_floats(out)  # seeded by the message
 
 
 def test_replay_sends_what_was_sent_lag_rounds_earlier():
-    attack = Attack(AttackConfig(name="replay", lag=2))
+    attack = Attack(ReplayConfig(lag=2))
     sent = [attack({"w": torch.tensor([float(t)])}, dst=1, step=0, seq=0, seed_words=[t])
             for t in range(5)]
     assert [float(p["w"]) for p in sent] == [0, 1, 0, 1, 2]  # current until a history

@@ -39,21 +39,32 @@ def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, mo
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     outcomes = run_checks("cpu", 0, [gpu_check.fractional_actors,
-                                     gpu_check.subcge_on_device, broken], say=said.append)
-    fractional, subcge, failed = outcomes
+                                     gpu_check.subcge_on_device,
+                                     gpu_check.defaults_on_shared_gpu, broken],
+                          say=said.append)
+    fractional, subcge, defaults, failed = outcomes
     assert fractional.passed, fractional.figures
     assert fractional.figures.startswith("4 actors × 0 GPU; Ray ≡ local on cpu: "
                                          "bit-identical; |Δ| from CPU ≤ 0")
     assert subcge.passed, subcge.figures
     assert subcge.figures == ("two runs bit-identical: yes; 2 per actor ≡ local: yes; "
                               "4 per actor ≡ local: yes; replicas identical: yes")
+    # the default path: memory plan on, payloads above the RDT threshold, auto transport
+    assert defaults.passed, defaults.figures
+    assert defaults.figures.startswith("4 actors × 0 GPU, memory plan on, ~4 MB payloads; "
+                                       "path: object store; Ray ≡ local: bit-identical; probe ")
     assert failed == Outcome("broken", False, "raised RuntimeError: CUDA error: an illegal "
                              "memory access was encountered")
     assert [line.split(" (")[0] for line in said] == [
-        "fractional GPU actors: pass", "SubCGE on cpu: pass", "broken: FAIL"]
+        "fractional GPU actors: pass", "SubCGE on cpu: pass", "defaults on shared GPU: pass",
+        "broken: FAIL"]
     printed = table(outcomes, "a CPU").splitlines()
     assert printed[0] == "GPU acceptance on a CPU"
     assert printed[3].split()[:2] == ["SubCGE", "on"] and " pass " in printed[3]
-    assert " FAIL " in printed[4]
+    assert " FAIL " in printed[5]
+    # the throughput slice's table, on the CPU with its smallest workload
+    slice_ = gpu_check.throughput_table("a CPU", "cpu", rounds=1).splitlines()
+    assert slice_[0].startswith("throughput on a CPU") and len(slice_) == 3
+    assert slice_[2].startswith("MLP quick start, 256 clients") and "×" in slice_[2]
     # a replica that differs is seen
     assert not gpu_check.identical_replicas({0: np.zeros(3), 1: np.array([0, 0, 1e-7])})

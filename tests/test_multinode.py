@@ -42,7 +42,7 @@ def test_pack_lays_half_cpu_actors_on_one_node_and_strict_spread_refuses(bed):
     assert bed["pack_half_cpu"] == 1
     # each bundle also reserves the memory the plan gives its actor, out of each node's
     assert re.fullmatch(
-        r"ray\.placement: the cluster cannot place 4 actors of \{'CPU': 0\.5, 'memory': "
+        r"ray\.placement: the cluster cannot place 4 actors of \{'CPU': 1\.0, 'memory': "
         r"'\d+ MB'\} strict_spread over its nodes \(1 CPU \d+ MB, 1 CPU \d+ MB\): use fewer "
         r"or smaller actors \(ray\.clients_per_actor, ray\.num_cpus_per_actor\), another "
         r"ray\.placement, or more nodes", bed["strict_spread_3_of_2"])
@@ -105,6 +105,15 @@ def test_a_node_removed_under_restart_ends_as_the_local_run(bed, method):
     (loss,) = restart["actor_losses"]
     assert loss["then"] == "restart" and loss["node"] == restart["removed"][0]
     assert loss["round"] >= REMOVE_AFTER - 1 and loss["clients"] == [2, 3]
+
+
+@pytest.mark.slow
+def test_two_nodes_lost_one_while_the_restart_plans_ends_as_the_local_run(bed):
+    """No node added back: the restart plans over the workers that answer (a second one
+    removed while it plans), fewer actors with more clients, and the local run's rows."""
+    two = bed["lose_two"]
+    assert len(two["removed"]) == 2 and 1 <= two["restarts"] <= 3
+    assert two["actors_after"] == 1 and two["equal_to_local"]
 
 
 @pytest.mark.slow

@@ -290,10 +290,10 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
             backend.run_round(r)
         measured = [m["pss"] for m in ray_session.get([a.memory_mb.remote()
                                                        for a in backend.executor.actors])]
-        estimates = backend.executor.memory.actors_pss_mb
+        estimates = backend.executor.planned.memory.actors_pss_mb
     finally:
         backend.close()
-    assert backend.executor.memory.actor_pss_mb == max(estimates)
+    assert backend.executor.planned.memory.actor_pss_mb == max(estimates)
     for pss, estimate in zip(measured, estimates, strict=True):
         assert abs(pss - estimate) <= tolerance * pss, (measured, estimates)
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from decent.backends.ray import direct, transport
+from decent.backends.ray.layout import requested_transport
 from decent.backends.ray.transport import INLINE_BYTES, EncodedTensor, Held
 from decent.core.messages import Declared, Message, wire_size
 from decent.engine.config import RayConfig, from_dict
@@ -103,7 +104,7 @@ def replace_payload(msg, payload):
     ("object_store", 0, None), ("object_store", 1, None)])
 def test_auto_moves_gpu_payloads_with_nccl_and_cpu_payloads_through_the_store(
         transport_, gpus, wanted):
-    assert direct.requested(RayConfig(payload_transport=transport_,
+    assert requested_transport(RayConfig(payload_transport=transport_,
                                       num_gpus_per_actor=gpus)) == wanted
 
 

@@ -59,14 +59,15 @@ def test_krum_picks_the_vector_closest_to_its_neighbours():
 
 def test_aggregate_keeps_shapes_and_dtypes_and_names_bad_rules():
     vectors = [torch.tensor(r, dtype=torch.float32).reshape(2, 2) for r in HAND]
-    out = aggregate("median", vectors, 0.1)
+    out = aggregate("median", vectors)
     assert out.shape == (2, 2) and out.dtype == torch.float32
     np.testing.assert_allclose(out.reshape(-1).numpy(), np.median(HAND, axis=0))
-    np.testing.assert_allclose(aggregate("mean", vectors, 0.1).reshape(-1).numpy(),
+    np.testing.assert_allclose(aggregate("mean", vectors).reshape(-1).numpy(),
                                HAND.mean(0).astype(np.float32), rtol=1e-6)
     with pytest.raises(ConfigError) as err:
-        aggregate("geomedian", vectors, 0.1)
-    assert err.value.field == "strategy.aggregator"
+        aggregate("geomedian", vectors)
+    assert err.value.field == "strategy.aggregator.name"
+    assert "trimmed_mean" in err.value.message  # the names to choose from
 
 
 def payload():

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from decent.compression import CompressionConfig
-from decent.compression.base import build_compressor
+from decent.compression import TopKInt8Config, build_compressor
 from decent.compression.error_feedback import ErrorFeedback
 from decent.compression.topk import TopK, TopKInt8
 from decent.core.messages import wire_size
@@ -28,7 +27,7 @@ def test_topk_keeps_the_largest_importance_not_the_largest_magnitude():
 def test_topk_int8_quantises_the_kept_values_and_its_wire_size_is_the_closed_form():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1000, generator=g)
-    compressor = build_compressor(CompressionConfig(name="topk_int8", keep=0.01))
+    compressor = build_compressor(TopKInt8Config(keep=0.01))
     assert isinstance(compressor, TopKInt8)
     payload = compressor.compress(x)
     k = 10

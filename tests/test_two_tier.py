@@ -14,7 +14,7 @@ from decent.engine.plan import build_plan
 from decent.network.timing import Network, NetworkConfig, Spread
 from decent.run.runner import run
 from decent.tools.cli import main
-from decent.topologies import TopologyConfig, build_topology
+from decent.topologies import build_topology
 from tests.helpers import tiny
 
 
@@ -23,7 +23,7 @@ def test_each_worker_joins_the_aggregator_with_the_lowest_latency():
     network = Network(NetworkConfig(latency_ms=20, latency_spread=Spread(dist="uniform",
                                                                            low=0.1, high=3.0)),
                       n, seed=5)
-    topology = build_topology(TopologyConfig(name="two_tier", n=n, aggregators=A),
+    topology = build_topology({"name": "two_tier", "n": n, "aggregators": A},
                               lambda i, j: network.link(i, j)[1])
     for w in range(A, n):  # an independent argmin over the drawn latencies
         latencies = [network.link(w, a)[1] for a in range(A)]
@@ -39,10 +39,10 @@ def test_each_worker_joins_the_aggregator_with_the_lowest_latency():
 
 
 def test_equal_latencies_give_balanced_round_robin_tiers():
-    topology = build_topology(TopologyConfig(name="two_tier", n=14, aggregators=4))
+    topology = build_topology({"name": "two_tier", "n": 14, "aggregators": 4})
     assert topology.assignment == {w: w % 4 for w in range(4, 14)}
     flat = Network(NetworkConfig(latency_ms=10), 14, seed=0)  # every link the same
-    same = build_topology(TopologyConfig(name="two_tier", n=14, aggregators=4),
+    same = build_topology({"name": "two_tier", "n": 14, "aggregators": 4},
                           lambda i, j: flat.link(i, j)[1])
     assert same.assignment == topology.assignment
 
@@ -61,7 +61,7 @@ def test_a_run_logs_the_assignment_and_uses_the_configured_latencies(tmp_path):
 @pytest.mark.parametrize("aggregators", [9, 12])
 def test_too_many_aggregators_is_one_line(tmp_path, capsys, aggregators):
     with pytest.raises(ConfigError) as err:
-        build_topology(TopologyConfig(name="two_tier", n=9, aggregators=aggregators))
+        build_topology({"name": "two_tier", "n": 9, "aggregators": aggregators})
     assert err.value.field == "topology.aggregators"
     assert main(["topo", "two_tier", "--n", "9", "--aggregators", str(aggregators)]) == 2
     assert "topology.aggregators" in capsys.readouterr().err

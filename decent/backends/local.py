@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from decent.backends.ray.config import LossPolicy
 from decent.core.messages import Message, messages_to
 from decent.engine.config import RunConfig
 from decent.engine.executor import Inboxes, PhaseResult
@@ -20,7 +21,8 @@ from decent.network.membership import RoundMembers
 class InProcess:
     """The executor that hosts every client of the run in this process (host 0)."""
 
-    survives_loss = True  # nothing here can be lost: it never raises HostsLost
+    # nothing here can be lost: it never raises HostsLost
+    loss_policy = LossPolicy("churn", 0)
 
     def __init__(self, cfg: RunConfig, plan: RunPlan) -> None:
         self.layout: dict[str, Any] = {}  # nothing to record: one process

@@ -9,11 +9,38 @@ flattened tensor) and ``k`` values, ``k · (4 + value bytes)`` bytes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from decent.compression.base import Payload
+from decent.compression.base import VALUE_DTYPES, CompressionConfig, Payload
+from decent.compression.quantize import Int8
+from decent.core.schema import in_range, one_of
 from decent.core.storable import storable
+
+
+@dataclass
+class SparseConfig(CompressionConfig):
+    """Both Top-K compressors' fields (CHOCO-SGD's paper setting for ``keep`` is 1%, i.e.
+    99% sparsity)."""
+
+    # the fraction of each tensor's entries kept
+    keep: float = in_range(0.01, 0, 1, lo_open=True)
+
+
+@dataclass
+class TopKInt8Config(SparseConfig):
+    """``topk_int8``: Top-K whose kept values travel as INT8."""
+
+    name: str = "topk_int8"
+
+
+@dataclass
+class TopKConfig(SparseConfig):
+    """``topk``: the kept values travel at ``value_dtype`` (indices are always int32)."""
+
+    name: str = "topk"
+    value_dtype: str = one_of(tuple(VALUE_DTYPES), "float32")  # the kept values' dtype
 
 
 def kept(numel: int, keep: float) -> int:
@@ -52,13 +79,17 @@ class TopKInt8(TopK):
         super().__init__(keep, torch.float32)
 
     def compress(self, x: torch.Tensor, importance: torch.Tensor | None = None) -> Payload:
-        from decent.compression.quantize import Int8
-
         sparse = super().compress(x, importance)
         return {"idx": sparse["idx"], **Int8().compress(sparse["val"])}
 
     def decompress(self, payload: Payload, like: torch.Tensor) -> torch.Tensor:
-        from decent.compression.quantize import Int8
-
         values = Int8().decompress(payload, payload["q"].float())
         return super().decompress({"idx": payload["idx"], "val": values}, like)
+
+
+def build_topk(cfg: TopKConfig) -> TopK:
+    return TopK(cfg.keep, VALUE_DTYPES[cfg.value_dtype])
+
+
+def build_topk_int8(cfg: TopKInt8Config) -> TopKInt8:
+    return TopKInt8(cfg.keep)

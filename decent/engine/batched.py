@@ -19,19 +19,19 @@ from typing import Any
 import torch
 from greenlet import getcurrent, greenlet
 
-from decent.core.errors import ConfigError
-from decent.engine.execution import ExecutionConfig
 from decent.engine.stacked import ChunkStack, Signature, is_transformers
 from decent.engine.stacked_lora import adapted_layers
+from decent.engine.stacked_zo import estimates, unstackable
+from decent.engine.stacked_zo import model_problem as zo_model_problem
 from decent.models import params
-from decent.strategies import step_batching
 from decent.strategies.base import Client, Strategy
 from decent.strategies.gossip import weighted_sum
 from decent.strategies.local_training import one_client_steps
 from decent.strategies.step_batching import MixRequest, StepRequest
+from decent.strategies.zo_estimate import EstimateRequest, estimate_alone
 
 Body = Callable[[int], Any]
-Request = StepRequest | MixRequest
+Request = StepRequest | MixRequest | EstimateRequest
 
 
 def model_problem(model: torch.nn.Module) -> str | None:
@@ -57,7 +57,9 @@ def batching_problem(strategy: Strategy[Any], model: torch.nn.Module) -> str | N
     if not strategy.batchable:
         return (f"strategy '{strategy.name}' has no stacked local steps "
                 f"({strategy.batch_note or 'its clients do not share one training step'})")
-    problem = model_problem(model)
+    zo = getattr(strategy, "zo_estimator", None)  # zeroth-order: estimates, not steps
+    problem = zo_model_problem(model, zo) if zo is not None and is_transformers(model) \
+        else model_problem(model)
     return None if problem is None else f"the model cannot be stacked: {problem}"
 
 
@@ -75,26 +77,6 @@ def slower_batched(model: torch.nn.Module) -> bool:
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
     return on_cpu and (is_transformers(model) or any(
         isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules()))
-
-
-def make_batcher(execution: ExecutionConfig, strategy: Strategy[Any],
-                 model: torch.nn.Module, clients: dict[int, Client[Any]],
-                 n: int) -> Batcher | None:
-    """The process's batcher, or None for sequential execution (``sequential``, or
-    ``auto`` where the run cannot be batched; ``batched`` then refuses in one line)."""
-    if execution.mode == "sequential":
-        return None
-    problem = batching_problem(strategy, model)
-    if problem is not None:
-        if execution.mode == "batched":
-            raise ConfigError("execution.mode", f"batched: {problem}; use auto (falls back "
-                              "to sequential) or sequential")
-        return None
-    if execution.mode == "auto" and slower_batched(model):
-        return None
-    holders = set(strategy.data_holders())
-    trainers = [clients[c] for c in sorted(clients) if c in holders]
-    return Batcher(trainers, min(execution.chunk, n)) if trainers else None
 
 
 class Batcher:
@@ -116,16 +98,18 @@ class Batcher:
         for cid in cids:
             chunk = self.chunk_of.get(cid)
             groups.setdefault(-1 if chunk is None else id(chunk), []).append(cid)
-        previous = step_batching.install(self._pause)
-        try:
-            for cid in groups.pop(-1, []):
-                started = time.perf_counter()
-                out[cid] = (body(cid), time.perf_counter() - started)
-            for members in groups.values():
-                out.update(self._run_chunk(self.chunk_of[members[0]], members, body))
-        finally:
-            step_batching.install(previous)
+        for cid in groups.pop(-1, []):
+            started = time.perf_counter()
+            out[cid] = (body(cid), time.perf_counter() - started)
+        for members in groups.values():
+            out.update(self._run_chunk(self.chunk_of[members[0]], members, body))
         return {cid: out[cid] for cid in cids}
+
+    @property
+    def runner(self) -> Callable[[Any], Any]:
+        """What a phase's context hands the toolkit (``PhaseContext.runner``): a client's
+        request, served with its chunk's."""
+        return self._pause
 
     def _run_chunk(self, chunk: ChunkStack, cids: list[int],
                    body: Body) -> dict[int, tuple[Any, float]]:
@@ -169,7 +153,7 @@ class Batcher:
     @staticmethod
     def _serve(chunk: ChunkStack, requests: list[Request]) -> dict[int, Any]:
         """The requests' answers: the mixes at once, the steps in one stacked computation
-        per signature."""
+        per signature, the ZO estimates in one per estimator (stacked_zo)."""
         out: dict[int, Any] = {}
         mixes = [req for req in requests if isinstance(req, MixRequest)]
         if mixes:
@@ -181,6 +165,12 @@ class Batcher:
                 by_sig.setdefault(Signature.of(req), []).append(req)
         for group in by_sig.values():
             out.update(chunk.take_steps(group))
+        by_estimator: dict[tuple[int, int], list[EstimateRequest]] = {}
+        for req in requests:
+            if isinstance(req, EstimateRequest):
+                by_estimator.setdefault((id(req.estimator), id(req.task)), []).append(req)
+        for estimates_of in by_estimator.values():
+            out.update(estimates(estimates_of))
         return out
 
     def _pause(self, request: Request) -> Any:
@@ -193,6 +183,9 @@ class Batcher:
             if me.parent is None or chunk is None or not chunk.can_mix(request):
                 mix_alone(request)
                 return None
+        elif isinstance(request, EstimateRequest):
+            if me.parent is None or chunk is None or unstackable(request) is not None:
+                return estimate_alone(request)
         elif me.parent is None or chunk is None or not chunk.accepts(request):
             return one_client_steps(request)
         rng, grad = torch.random.get_rng_state(), torch.is_grad_enabled()

@@ -4,11 +4,14 @@
 schema below (OmegaConf). Unknown keys, wrong types and out-of-range values raise a
 :class:`ConfigError` naming the field before anything is built or written. The
 ``strategy``, ``task`` and ``model`` sections are validated against the config dataclass
-of the component their ``name`` selects.
+of the component their ``name`` selects, and so are the sections that pick a registered
+part inside them: ``topology``, ``faults.attack``, a strategy's ``compression`` and
+``aggregator`` (:func:`decent.core.registry.component`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import sys
@@ -20,8 +23,15 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from decent.backends.ray.config import RayConfig
 from decent.core.errors import ConfigError, StrategyError
-from decent.core.registry import config_error
+from decent.core.registry import (
+    COMPONENT,
+    component,
+    config_error,
+    resolve_components,
+    structured,
+)
 from decent.core.schema import (
     CHECK,
     Check,
@@ -37,15 +47,13 @@ from decent.core.schema import (
 from decent.engine.compute import ComputeConfig
 from decent.engine.execution import ExecutionConfig, check_execution
 from decent.engine.imports import import_plugins
-from decent.engine.overrides import delete_key, drop_foreign_fields
-from decent.engine.ray_config import RayConfig
+from decent.engine.overrides import delete_key, drop_foreign_fields, take_components
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
 from decent.strategies.config import StrategyConfig
-from decent.topologies import TopologyConfig
+from decent.topologies import TOPOLOGIES, TopologyConfig
 
-BACKENDS = ("local", "ray")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 # A run name becomes a directory name: letters, digits, '.', '_', '-', not a leading dot.
@@ -123,8 +131,9 @@ class RunConfig:
     # seeds everything random in the run (data split, model init, batches, faults)
     seed: int = seed_field(0)
     rounds: int = at_least(1, 10)  # communication rounds to run
-    # local: every client in this process; ray: clients hosted by Ray actors
-    backend: str = one_of(BACKENDS, "local")
+    # the executor: local (every client in this process), ray (clients hosted by Ray
+    # actors), or one a module of `imports` registers
+    backend: str = text("local", nullable=False)
     # where clients compute; auto: cuda when a GPU is visible, else cpu
     device: str = one_of(DEVICES, "auto")
     # per process; fixed so that results do not depend on the machine
@@ -132,8 +141,9 @@ class RunConfig:
     # modules imported first, here and in every Ray actor: module names or paths of .py
     # files (relative to where decent runs) whose code registers components of their own
     imports: list[str] = field(default_factory=list, metadata={CHECK: Check()})
-    # the communication graph: who may send to whom
-    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    # the communication graph: who may send to whom ({name: ..., and that graph's own
+    # fields}; `decent config schema topology` lists them)
+    topology: Any = field(default_factory=TopologyConfig, metadata=component(TOPOLOGIES))
     # component sections: a mapping with a `name` as written, the config dataclass of the
     # component it names once validated (the strategy's is a StrategyConfig: what the
     # platform reads of any method, it reads through that)
@@ -216,6 +226,17 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     return cfg
 
 
+def load_saved_config(path: str | Path) -> RunConfig:
+    """A run directory's ``config.yaml``, as written by this or an earlier version (fields
+    an earlier version saved beside a part that does not declare them are dropped)."""
+    from decent.engine.overrides import prune_saved
+
+    data = read_yaml(Path(path))
+    import_plugins(data.get("imports") or [])
+    prune_saved(data)
+    return from_dict(data)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in YAML file ``path``; every way it can be unreadable is one line."""
     if path.is_dir():
@@ -263,18 +284,35 @@ def from_layers(*layers: Any) -> RunConfig:
     from decent.strategies.registry import STRATEGIES
     from decent.tasks.registry import TASKS
 
+    plain = []
     for layer in layers:
-        raw = OmegaConf.to_container(layer) if OmegaConf.is_config(layer) else layer
+        raw = OmegaConf.to_container(layer) if OmegaConf.is_config(layer) \
+            else copy.deepcopy(layer)
         check_shapes(raw, RunConfig, "")
         check_bools(raw, RunConfig, "")
-    schema = OmegaConf.structured(RunConfig)
+        plain.append(raw)
+    # the sections of registered parts (topology, faults.attack) are merged apart from the
+    # schema, whose default variant would refuse another variant's fields
+    given = take_components(plain, RunConfig)
+    schema = structured(RunConfig)
     try:
-        merged = OmegaConf.merge(schema, *layers)
+        merged = OmegaConf.merge(schema, *(OmegaConf.create(raw) for raw in plain))
         cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise config_error(exc, "", schema) from None
-    validate_fields(cfg, "")
     import_plugins(cfg.imports)  # components of its own register themselves
+    for path, section in given.items():
+        *parents, key = path
+        owner = cfg
+        for part in parents:
+            owner = getattr(owner, part)
+        resolve_components(owner, {key: section}, ".".join(parents))
+    validate_fields(cfg, "")
+    from decent.engine.executor import EXECUTORS
+
+    if cfg.backend not in EXECUTORS.names:
+        raise ConfigError("backend", f"unknown backend {cfg.backend!r}; choose one of: "
+                          f"{', '.join(EXECUTORS.names)}")
     for name, value, registry in (("strategy", cfg.strategy, STRATEGIES),
                                   ("task", cfg.task, TASKS), ("model", cfg.model, MODELS)):
         # the component's own sections (a strategy's compression, lr_schedule): mappings
@@ -329,7 +367,7 @@ def check_shapes(data: Any, cls: type, prefix: str) -> None:
             continue
         value, name = data[f.name], f"{prefix}{f.name}"
         section = section_default(f)
-        if name in COMPONENT_SECTIONS:
+        if name in COMPONENT_SECTIONS or COMPONENT in f.metadata:
             _section(value, name)
         elif section is not None:
             if not isinstance(value, dict):

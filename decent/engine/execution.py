@@ -21,28 +21,23 @@ class ExecutionConfig:
     smaller), so a client's arithmetic, and its results, do not depend on how clients are
     grouped into processes."""
 
-    # sequential: clients one after another; batched: a chunk of clients as one stacked computation
-    # (refused where it cannot be exact); auto: batched where supported and measured faster
-    mode: str = one_of(EXECUTION_MODES, "sequential")
+    # sequential: clients one after another; batched: a chunk of clients as one stacked
+    # computation (refused where it cannot be exact); auto: batched where supported and
+    # measured faster; unset: auto on a GPU, sequential on a CPU
+    mode: str | None = one_of(EXECUTION_MODES, None, nullable=True)
     chunk: int = at_least(1, 256)  # batched: at most this many clients stacked in one computation
 
 
 def check_execution(cfg: Any, strategy: Any) -> None:
     """``execution.mode: batched`` for a run whose local steps cannot be stacked is
     refused here, in one line (``auto`` runs it sequentially); what only the built model
-    shows (a dropout, batch norm) is refused when the clients are built."""
+    shows (a dropout, batch norm) is refused when the clients are built
+    (:mod:`decent.engine.stacking` decides both)."""
+    from decent.engine.stacking import static_problem
+
     if cfg.execution.mode != "batched":
         return
-    problem = None
-    if not getattr(strategy, "batchable", False):
-        note = getattr(strategy, "batch_note", "")
-        problem = (f"strategy '{cfg.strategy.name}' has no stacked local steps"
-                   + (f" ({note})" if note else ""))
-    else:
-        router = getattr(cfg.strategy, "router_loss", None)
-        if (router is not None and router.active) or getattr(cfg.strategy,
-                                                              "logit_z_loss", 0) > 0:
-            problem = "the router and logit z-loss terms are taken one client at a time"
+    problem = static_problem(cfg, strategy)
     if problem is not None:
         raise ConfigError("execution.mode", f"batched: {problem}; use auto (falls back to "
                           "sequential) or sequential")

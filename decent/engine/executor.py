@@ -16,12 +16,15 @@ cannot lose a host (this process) never raises it."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from decent.backends.ray.config import LossPolicy, RayConfig
 from decent.core.messages import Message
+from decent.core.registry import Registry
 from decent.core.stats import Stat
 from decent.network.membership import RoundMembers
 
@@ -42,9 +45,9 @@ class Executor(Protocol):
     groups: list[list[int]]  # the clients of each host, in id order
     layout: dict[str, Any]  # how the run is laid out (Ray: actors), for the summary
     compute_charge: dict[str, Any]  # the FLOPs per step the clock charges, for the summary
-    # True where a lost host's clients may crash and the run go on without them; False
-    # where its loss must send the run back to its checkpoint (RDT: payloads died with it)
-    survives_loss: bool
+    # what a lost host means to this run (the engine asks; RDT payloads die with their
+    # actor, so over RDT a loss always sends the run back to its checkpoint)
+    loss_policy: LossPolicy
 
     def run_phase(self, round_: int, step: int, phase: str, inboxes: dict[int, Inboxes],
                   members: RoundMembers | None) -> dict[int, PhaseResult]:
@@ -91,3 +94,41 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass
+class LocalConfig:
+    """``backend: local`` has nothing to set: every client runs in this process."""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """A registered executor: where its class lives (``module:Class``, imported when a run
+    starts one, so that naming Ray's executor does not import Ray) and the run-config
+    section that holds its settings (None: it has none)."""
+
+    target: str
+    section: str | None = None
+
+    def start(self, cfg: Any, plan: Any) -> Executor:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)(cfg, plan)
+
+    def loss_policy(self, cfg: Any) -> LossPolicy:
+        """What a lost host means under ``cfg``, asked before any executor starts (the
+        runner's restart budget)."""
+        section = getattr(cfg, self.section) if self.section else None
+        return section.loss_policy() if section is not None else LossPolicy("churn", 0)
+
+
+# ``backend:`` names one of these; a user's module (``imports:``) may register its own
+EXECUTORS = Registry("backend")
+EXECUTORS.register("local", LocalConfig, ExecutorSpec("decent.backends.local:InProcess"))
+EXECUTORS.register("ray", RayConfig, ExecutorSpec("decent.backends.ray.executor:RayActors",
+                                                  section="ray"))
+
+
+def executor_spec(backend: str) -> ExecutorSpec:
+    spec = EXECUTORS.entry(backend).build
+    assert isinstance(spec, ExecutorSpec)
+    return spec

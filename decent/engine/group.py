@@ -21,11 +21,11 @@ from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
 from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
-from decent.engine.batched import make_batcher
 from decent.engine.compute import ComputeClock
 from decent.engine.config import RunConfig
 from decent.engine.imports import import_plugins
 from decent.engine.plan import RunPlan
+from decent.engine.stacking import make_batcher
 from decent.models.registry import MODELS
 from decent.network.faults import ATTACK_SALT, fault_seed
 from decent.network.membership import RoundMembers
@@ -140,8 +140,8 @@ class ClientGroup:
             with own_rng(client):
                 client.state = self.strategy.init_state(client, self.shared)
             self.clients[cid] = client
-        self.batcher = make_batcher(cfg.execution, self.strategy, self.base_model,
-                                    self.clients, cfg.n)
+        self.batcher = make_batcher(cfg, self.strategy, self.base_model, self.clients,
+                                    self.task)
         # the global average model is evaluated in the initial model itself (made after
         # the replicas, which copy it), with what the strategy's state_vector needs
         self.probe = Client(cid=-1, model=self.base_model, data=None, device=device,
@@ -182,7 +182,8 @@ class ClientGroup:
         and each present client's compute time in simulated seconds."""
         ctx = PhaseContext(round_, phase, step, self.topology.round_graph(round_), self.task,
                            self.shared, None if members is None else members.known,
-                           frozenset() if members is None else frozenset(members.joined))
+                           frozenset() if members is None else frozenset(members.joined),
+                           runner=None if self.batcher is None else self.batcher.runner)
         running = self.present(members)
         self.strategy.begin_phase(ctx, [self.clients[c] for c in running])
         outgoing: list[Message] = []

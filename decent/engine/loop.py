@@ -9,7 +9,7 @@ a feature that touches a round is written here once; an executor (in this proces
 actors) only runs groups of clients where they live and moves their payloads.
 
 A host lost in any executor call (:class:`~decent.core.errors.HostsLost`) goes through
-:meth:`Engine.lose`: under ``ray.on_actor_death: churn`` its clients crash and the run
+:meth:`Engine.lose`: under the executor's ``churn`` policy its clients crash and the run
 goes on without them (a call that only reads is asked again of the survivors); under
 ``restart``, or where the executor cannot go on without it, :class:`ActorLost` sends
 the run back to its checkpoint."""
@@ -140,7 +140,7 @@ class Engine:
         when = f"in round {round_}" if round_ >= 0 else "before the first round"
         placed = self.executor.layout.get("ray_actor_nodes", {}).get(str(host), {})
         loss = {"round": round_, "clients": list(clients), "node": placed.get("node")}
-        if self.cfg.ray.on_actor_death == "restart" or not self.executor.survives_loss:
+        if self.executor.loss_policy.on_loss == "restart":
             raise ActorLost(f"the actor hosting clients {clients} died {when}",
                             {**loss, "then": "restart"})
         self.losses.append({**loss, "then": "crash"})

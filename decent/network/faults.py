@@ -20,12 +20,14 @@ order in which actors post, and a run is the same on both backends:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from decent.core.errors import ConfigError
+from decent.core.registry import component
 from decent.core.schema import at_least, in_range
-from decent.robust.attacks import AttackConfig
+from decent.robust.attacks import ATTACKS, AttackConfig
 
 WIRE_SALT, BYZANTINE_SALT, ATTACK_SALT = 0x77, 0x62, 0x61
 
@@ -50,8 +52,9 @@ class FaultsConfig:
     byzantine: list[int] = at_least(0, [], each=True)
     # or: this fraction of the workers is Byzantine, chosen with the faults seed
     byzantine_fraction: float = in_range(0.0, 0.0, 1.0, hi_open=True)
-    # what Byzantine clients send instead of their honest payload
-    attack: AttackConfig = field(default_factory=AttackConfig)
+    # what Byzantine clients send instead of their honest payload: {name: ..., and that
+    # attack's own fields} (`decent config schema attack` lists them)
+    attack: Any = field(default_factory=AttackConfig, metadata=component(ATTACKS))
 
     def validate(self, prefix: str) -> None:
         if self.byzantine and self.byzantine_fraction > 0:

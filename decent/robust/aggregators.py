@@ -18,18 +18,51 @@ Each rule takes the received vectors stacked as an (m, d) tensor and returns a d
 
 Sums run in float64 in a fixed order, so a result depends only on the set of inputs and
 their order, never on the backend.
+
+The rules are registered in :data:`AGGREGATORS` (name → config class + builder), and a
+section such as ``aggregator: {name: trimmed_mean, trim: 0.2}`` (or a bare name) picks
+one; a user's module (``imports:``) registers a rule of its own the same way, with a
+builder ``build(cfg) -> rule`` and ``rule(stacked (m, d)) -> (d,)``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from decent.core.errors import ConfigError
+from decent.core.registry import Registry
+from decent.core.schema import in_range, text
 
-AGGREGATORS = ("mean", "trimmed_mean", "median", "krum")
+# one rule: the received vectors stacked as (m, d) → the aggregate (d,)
+Rule = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class AggregatorConfig:
+    """A rule without parameters of its own (``mean``, ``median``, ``weighted_mean``)."""
+
+    # the rule: mean, trimmed_mean, median, krum, weighted_mean (DSO's top level only),
+    # or one a module of `imports` registers
+    name: str = text("mean", nullable=False)
+
+
+@dataclass
+class TrimmedMeanConfig(AggregatorConfig):
+    name: str = "trimmed_mean"
+    # β: per coordinate, ⌈β·m⌉ values dropped on each side
+    trim: float = in_range(0.1, 0, 0.5, hi_open=True)
+
+
+@dataclass
+class KrumConfig(AggregatorConfig):
+    name: str = "krum"
+    # f / m: the assumed fraction of Byzantine senders (f = ⌈β·m⌉)
+    byzantine: float = in_range(0.1, 0, 0.5, hi_open=True)
 
 
 def assumed_byzantine(beta: float, m: int) -> int:
@@ -68,8 +101,27 @@ def krum(stacked: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
     return stacked[int(torch.argmin(nearest.sum(dim=1)))].clone()
 
 
-RULES: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
-    "mean": mean, "trimmed_mean": trimmed_mean, "median": median, "krum": krum}
+def krum_or_median(stacked: torch.Tensor, beta: float) -> torch.Tensor:
+    """Krum where it is defined (m > 2f + 2), the median with fewer vectors."""
+    if stacked.shape[0] <= 2 * assumed_byzantine(beta, stacked.shape[0]) + 2:
+        return median(stacked)
+    return krum(stacked, beta)
+
+
+def _only_on_top(cfg: AggregatorConfig) -> Rule:
+    raise ConfigError("strategy.aggregator", "weighted_mean weighs each aggregator by the "
+                      "payloads it served: DSO's top_aggregator only")
+
+
+AGGREGATORS = Registry("aggregator")
+AGGREGATORS.register("mean", AggregatorConfig, lambda cfg: mean)
+AGGREGATORS.register("median", AggregatorConfig, lambda cfg: median)
+AGGREGATORS.register("trimmed_mean", TrimmedMeanConfig,
+                     lambda cfg: partial(trimmed_mean, beta=cfg.trim))
+AGGREGATORS.register("krum", KrumConfig, lambda cfg: partial(krum_or_median, beta=cfg.byzantine))
+# built by the caller, which has the weights (see weighted_mean); registered so that it is
+# a name a section may give
+AGGREGATORS.register("weighted_mean", AggregatorConfig, _only_on_top)
 
 
 def weighted_mean(vectors: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
@@ -84,15 +136,20 @@ def weighted_mean(vectors: list[torch.Tensor], weights: list[float]) -> torch.Te
     return out.to(vectors[0].dtype)
 
 
-def aggregate(name: str, vectors: list[torch.Tensor], beta: float) -> torch.Tensor:
-    """The rule ``name`` over ``vectors`` (same shape each), in their given order."""
-    if name not in RULES:
-        raise ConfigError("strategy.aggregator", f"unknown {name!r}; choose one of "
-                          f"{', '.join(AGGREGATORS)}")
+def build_aggregator(cfg: AggregatorConfig | str) -> Rule:
+    """The rule ``cfg`` selects (a config, or a bare name with its default fields)."""
+    if isinstance(cfg, str):
+        cfg = AGGREGATORS.config(cfg, "strategy.aggregator")
+    return AGGREGATORS.entry(cfg.name, "strategy.aggregator").build(cfg)
+
+
+def aggregate(rule: Rule | AggregatorConfig | str, vectors: list[torch.Tensor]
+              ) -> torch.Tensor:
+    """``rule`` (built, or its config) over ``vectors`` (same shape each), in their order."""
+    if not callable(rule):
+        rule = build_aggregator(rule)
     if not vectors:
         raise ValueError("nothing to aggregate")
     shape = vectors[0].shape
     stacked = torch.stack([v.reshape(-1) for v in vectors])
-    if name == "krum" and len(vectors) <= 2 * assumed_byzantine(beta, len(vectors)) + 2:
-        name = "median"
-    return RULES[name](stacked, beta).reshape(shape)
+    return rule(stacked).reshape(shape)

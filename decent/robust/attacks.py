@@ -22,6 +22,12 @@ its commitment verifies and only robust aggregation can defend against them.
 
 The noise of one message is drawn from a generator seeded by (fault seed, round, phase,
 source, destination, sequence number), so an attack is the same on every backend.
+
+Attacks are registered in :data:`ATTACKS`: a config class (an :class:`AttackConfig`
+subclass declaring the attack's own fields, :func:`~decent.core.storable.storable`: a
+Byzantine client's attack is in its checkpointed state) and a transform
+``fn(attack, payload, out: Outgoing) -> payload``. A user's module (``imports:``) adds one
+the same way; :func:`map_floats` applies a function to a payload's float values.
 """
 
 from __future__ import annotations
@@ -37,22 +43,59 @@ import numpy as np
 import torch
 
 from decent.core.messages import PAYLOAD_NODES, Scalar
-from decent.core.schema import at_least, number, one_of
+from decent.core.registry import Registry
+from decent.core.schema import at_least, number, text
 from decent.core.storable import storable
 from decent.core.tree import tree_map
-
-ATTACKS = ("sign_flip", "scale", "gaussian", "random", "replay", "forge")
 
 
 @storable
 @dataclass
 class AttackConfig:
-    # sign_flip, scale (× factor), gaussian / random noise (std), replay an old payload (lag), forge
-    # a payload
-    name: str = one_of(ATTACKS, "sign_flip")
-    factor: float = number(-4.0)  # ``scale``
-    std: float = at_least(0, 1.0)  # ``gaussian`` and ``random``
-    lag: int = at_least(1, 1)  # ``replay``: rounds back
+    """An attack without parameters of its own (``sign_flip``, ``forge``)."""
+
+    # sign_flip, scale (× factor), gaussian / random noise (std), replay an old payload
+    # (lag), forge a payload, or one a module of `imports` registers
+    name: str = text("sign_flip", nullable=False)
+
+
+@storable
+@dataclass
+class ScaleConfig(AttackConfig):
+    name: str = "scale"
+    factor: float = number(-4.0)  # x → factor·x
+
+
+@storable
+@dataclass
+class NoiseConfig(AttackConfig):
+    """``gaussian`` (x + noise) and ``random`` (noise alone)."""
+
+    name: str = "gaussian"
+    std: float = at_least(0, 1.0)  # the noise's standard deviation
+
+
+@storable
+@dataclass
+class ReplayConfig(AttackConfig):
+    name: str = "replay"
+    lag: int = at_least(1, 1)  # rounds back
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """Where an attacked payload goes: its destination, phase step and sequence number,
+    and the words that seed its noise."""
+
+    dst: int
+    step: int
+    seq: int
+    seed_words: list[int]
+
+    def generator(self) -> torch.Generator:
+        """The message's own generator: the same noise on every backend."""
+        return torch.Generator().manual_seed(
+            int(np.random.SeedSequence(self.seed_words).generate_state(1, np.uint64)[0] >> 1))
 
 
 def _float_leaf(fn: Callable[[torch.Tensor], torch.Tensor], leaf: Any) -> Any:
@@ -66,7 +109,7 @@ def _float_leaf(fn: Callable[[torch.Tensor], torch.Tensor], leaf: Any) -> Any:
     return Scalar(float(fn(torch.tensor(leaf.value, dtype=torch.float32))))
 
 
-def _map_floats(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+def map_floats(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """``payload`` with ``fn`` applied to each floating-point leaf (tensor or float), also
     inside a compressed payload (``PAYLOAD_NODES``: its stated size is kept)."""
     return tree_map(partial(_float_leaf, fn), payload,
@@ -89,17 +132,44 @@ class Attack:
 
     def __call__(self, payload: Any, dst: int, step: int, seq: int,
                  seed_words: list[int]) -> Any:
-        cfg = self.cfg
-        if cfg.name == "replay":
-            history = self._sent.setdefault((step, dst, seq), deque(maxlen=cfg.lag + 1))
-            history.append(copy.deepcopy(payload))
-            return history[0] if len(history) == cfg.lag + 1 else payload
-        if cfg.name in ("sign_flip", "forge"):
-            return _map_floats(payload, lambda t: -t)
-        if cfg.name == "scale":
-            return _map_floats(payload, lambda t: cfg.factor * t)
-        generator = torch.Generator().manual_seed(
-            int(np.random.SeedSequence(seed_words).generate_state(1, np.uint64)[0] >> 1))
-        if cfg.name == "gaussian":
-            return _map_floats(payload, lambda t: t + _noise(t, cfg.std, generator))
-        return _map_floats(payload, lambda t: _noise(t, cfg.std, generator))
+        transform = ATTACKS.entry(self.cfg.name, "faults.attack").build
+        return transform(self, payload, Outgoing(dst, step, seq, seed_words))
+
+    def replayed(self, payload: Any, out: Outgoing, lag: int) -> Any:
+        """The payload sent to the same destination at the same phase ``lag`` rounds
+        before (``payload`` itself until there is one); remembers ``payload``."""
+        history = self._sent.setdefault((out.step, out.dst, out.seq), deque(maxlen=lag + 1))
+        history.append(copy.deepcopy(payload))
+        return history[0] if len(history) == lag + 1 else payload
+
+
+def _negate(attack: Attack, payload: Any, out: Outgoing) -> Any:
+    return map_floats(payload, lambda t: -t)
+
+
+def _scale(attack: Attack, payload: Any, out: Outgoing) -> Any:
+    return map_floats(payload, lambda t: attack.cfg.factor * t)
+
+
+def _gaussian(attack: Attack, payload: Any, out: Outgoing) -> Any:
+    generator = out.generator()
+    return map_floats(payload, lambda t: t + _noise(t, attack.cfg.std, generator))
+
+
+def _random(attack: Attack, payload: Any, out: Outgoing) -> Any:
+    generator = out.generator()
+    return map_floats(payload, lambda t: _noise(t, attack.cfg.std, generator))
+
+
+def _replay(attack: Attack, payload: Any, out: Outgoing) -> Any:
+    return attack.replayed(payload, out, attack.cfg.lag)
+
+
+ATTACKS = Registry("attack")
+ATTACKS.register("sign_flip", AttackConfig, _negate)
+# forge: the client commits honestly (engine/group.py) and negates on the way out
+ATTACKS.register("forge", AttackConfig, _negate)
+ATTACKS.register("scale", ScaleConfig, _scale)
+ATTACKS.register("gaussian", NoiseConfig, _gaussian)
+ATTACKS.register("random", NoiseConfig, _random)
+ATTACKS.register("replay", ReplayConfig, _replay)

@@ -16,8 +16,9 @@ from tqdm import tqdm
 
 from decent.core.errors import ActorLost, ConfigError
 from decent.core.stats import reduce_stats
-from decent.engine.config import RunConfig, load_config, to_yaml
+from decent.engine.config import RunConfig, load_saved_config, to_yaml
 from decent.engine.evaluation import evaluated_metrics
+from decent.engine.executor import executor_spec
 from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
 from decent.run import checkpoint
@@ -65,14 +66,9 @@ def check_target(cfg: RunConfig) -> None:
 
 
 def make_engine(cfg: RunConfig, plan: RunPlan) -> Engine:
-    """The engine of ``cfg`` over its backend's executor (Ray's only imported for Ray)."""
-    if cfg.backend == "ray":
-        from decent.backends.ray.executor import RayActors
-
-        return Engine(cfg, plan, RayActors(cfg, plan))
-    from decent.backends.local import InProcess
-
-    return Engine(cfg, plan, InProcess(cfg, plan))
+    """The engine of ``cfg`` over the executor ``backend`` names (Ray's only imported for
+    Ray)."""
+    return Engine(cfg, plan, executor_spec(cfg.backend).start(cfg, plan))
 
 
 def eval_due(cfg: RunConfig, round_: int) -> bool:
@@ -110,7 +106,7 @@ def resume(run_dir: str | Path, engine: Engine | None = None,
     it never stopped. Everything is verified before anything on disk changes."""
     rd = RunDir.existing(Path(run_dir))
     chosen, info = checkpoint.select(rd.path, from_previous)
-    cfg = load_config(rd.path / "config.yaml")
+    cfg = load_saved_config(rd.path / "config.yaml")
     plan = check(cfg)
     rounds = Rounds(cfg, plan, engine)
     try:
@@ -158,10 +154,12 @@ class Rounds:
         """One restart more, said in one line (``cause``; ``then``: what it does now); one
         line naming ray.max_restarts when there were too many."""
         self.restarts += 1
-        if self.restarts > self.cfg.ray.max_restarts:
-            raise ConfigError("ray.max_restarts", f"{cause}; restarted "
-                              f"{self.cfg.ray.max_restarts} times already") from None
-        print(f"restart {self.restarts} of at most {self.cfg.ray.max_restarts}: {cause}; "
+        spec = executor_spec(self.cfg.backend)
+        most = spec.loss_policy(self.cfg).max_restarts
+        if self.restarts > most:
+            raise ConfigError(f"{spec.section or 'backend'}.max_restarts", f"{cause}; "
+                              f"restarted {most} times already") from None
+        print(f"restart {self.restarts} of at most {most}: {cause}; "
               f"{then}", flush=True)
 
     def go_back(self, rd: RunDir, chosen: checkpoint.Committed | None,

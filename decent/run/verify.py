@@ -26,7 +26,7 @@ class Findings:
 def verify(run_dir: str | Path) -> Findings:
     """Everything ``decent verify`` checks; one line (``ConfigError``) if ``run_dir`` is
     not a run directory at all."""
-    from decent.engine.config import load_config
+    from decent.engine.config import load_saved_config
 
     path = Path(run_dir).expanduser()
     if not path.is_dir():
@@ -35,7 +35,7 @@ def verify(run_dir: str | Path) -> Findings:
         raise ConfigError("run_dir", f"{path} is not a run directory (no config.yaml)")
     found = Findings()
     try:
-        cfg = load_config(path / "config.yaml")
+        cfg = load_saved_config(path / "config.yaml")
     except ConfigError as exc:
         found.problems.append(f"{path / 'config.yaml'}: {exc}")
         cfg = None

@@ -88,6 +88,11 @@ class Client(Generic[StateT]):
         self.steps += k
 
 
+# what serves a client's request inside a batched phase (the process's batcher: the
+# requests are in decent.strategies.step_batching); None: sequential execution
+StepRunner = Callable[[Any], Any]
+
+
 @dataclass(frozen=True)
 class PhaseContext:
     """What a client may know about the current phase.
@@ -100,7 +105,8 @@ class PhaseContext:
     a Byzantine client only: a method that commits to a value before sending it (DSO)
     passes the value through ``tamper(value, dst)`` first, so the client's attack is in
     what it commits to, and marks the message ``tampered``; every other message is
-    attacked as it leaves."""
+    attacked as it leaves. ``runner`` is set where the process runs its clients batched:
+    the toolkit's calls hand their work to it (see :mod:`decent.strategies.step_batching`)."""
 
     round: int
     phase: str
@@ -111,6 +117,9 @@ class PhaseContext:
     alive: frozenset[int] | None = None  # None: every client
     joined: frozenset[int] = frozenset()
     tamper: Callable[[Any, int], Any] | None = None
+    # a batched process's runner: the toolkit's local steps, gossip mixes and zeroth-order
+    # estimates hand their requests to it (None: each client computes its own)
+    runner: StepRunner | None = None
 
 
 @dataclass(frozen=True)

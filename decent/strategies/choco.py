@@ -22,10 +22,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from decent.compression import CompressionConfig, build_compressor
+from decent.compression import COMPRESSORS, TopKConfig, build_compressor
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
+from decent.core.registry import component
 from decent.core.schema import in_range
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
@@ -41,9 +42,8 @@ class ChocoConfig(LocalTrainingConfig):
     name: str = "choco"
     gossip_step: float = in_range(1.0, 0, 1, lo_open=True)  # γ; the SeedFlood paper's 1
     # how the differences q_i = C(θ_i − θ̂_i) are compressed (Top-K 1% by default)
-    compression: CompressionConfig = field(
-        default_factory=lambda: CompressionConfig(name="topk", keep=0.01)
-    )
+    compression: Any = field(default_factory=lambda: TopKConfig(keep=0.01),
+                             metadata=component(COMPRESSORS))
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
@@ -95,7 +95,8 @@ class ChocoSGD(Strategy[ChocoState]):
         state = client.state
         client.stats["loss"] = local_steps(
             client, state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size,
-            cfg, ctx.round)
+            cfg, ctx.round,
+            runner=ctx.runner)
         w_self = ctx.graph.weights[client.cid][client.cid]
         live = params.trainable_params(client.model)
         q = {}

@@ -155,7 +155,8 @@ class Combo(Strategy[ComboState]):
         state.heard = set()
         if not state.fresh:
             client.stats["loss"] = local_steps(client, state.optimizer, ctx.task,
-                                               cfg.local_steps, cfg.batch_size, cfg, ctx.round)
+                                               cfg.local_steps, cfg.batch_size, cfg, ctx.round,
+            runner=ctx.runner)
         if ctx.alive is not None:  # the membership knows they are gone: the mark is moot
             state.offline &= set(ctx.alive)
         state.flat = params.flat_tensor(client.model)

@@ -50,7 +50,8 @@ class DSGD(Strategy[DSGDState]):
         cfg = self.cfg
         client.stats["loss"] = local_steps(
             client, client.state.optimizer, ctx.task, cfg.local_steps, cfg.batch_size,
-            cfg, ctx.round)
+            cfg, ctx.round,
+            runner=ctx.runner)
         theta = params.snapshot(client.model, WIRE_DTYPES[cfg.wire_dtype])
         return self.to_neighbours(client, ctx, "params", theta)
 

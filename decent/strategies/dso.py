@@ -54,15 +54,17 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
+from decent.compression import COMPRESSORS, ErrorFeedback, build_compressor
+from decent.compression.topk import SparseConfig, TopKInt8Config
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
+from decent.core.registry import component
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.core.stats import Max, Mean
 from decent.models import params
 from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, noise_std
-from decent.robust.aggregators import AGGREGATORS, aggregate, weighted_mean
+from decent.robust.aggregators import AGGREGATORS, aggregate, build_aggregator, weighted_mean
 from decent.robust.commitment import commitment, draw_nonce, verifies
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.config import StrategyConfig
@@ -83,14 +85,13 @@ from decent.strategies.toolkit import stochastic_gradient
 
 __all__ = ["DSO", "DSOConfig", "expected_coverage_rounds", "push_pull_coverage"]
 
-TOP_AGGREGATORS = (*AGGREGATORS, "weighted_mean")
 PROBES = ("public", "private")
 SERVED = "served"  # with weighted_mean: the key of ĝ_a's count in G (no parameter's name)
 
 
 @dataclass
 class DSOConfig(StrategyConfig):
-    RENAMED: ClassVar[dict[str, str]] = {"keep": "compression.keep"}
+    RENAMED: ClassVar[dict[str, str]] = {"keep": "compression.keep", "trim": "aggregator.trim"}
 
     def examples_per_step(self) -> int:
         return self.batch_size
@@ -102,20 +103,20 @@ class DSOConfig(StrategyConfig):
     momentum: float = in_range(0.0, 0, 1, hi_open=True)  # SGD's
     betas: list[float] = adamw_betas()  # AdamW's (β1, β2)
     weight_decay: float = at_least(0, 0.0)  # the step's weight decay
-    aggregator: str = one_of(AGGREGATORS, "trimmed_mean")  # over an aggregator's workers
-    # over G, one aggregate per aggregator: the aggregators are not Byzantine unless
-    # faults.byzantine lists one, so a plain mean by default (robust rules there would
-    # discard honest aggregators' signal, e.g. the extremes of non-IID tiers);
-    # `weighted_mean` weighs each ĝ_a by the payloads a aggregated that round (those that
-    # verified), so a worker counts the same whatever the size of its tier
-    top_aggregator: str = one_of(TOP_AGGREGATORS, "mean")
-    trim: float = in_range(0.1, 0, 0.5, hi_open=True)  # β per side (and Krum's f / m)
+    # over an aggregator's workers: {name: trimmed_mean, trim: β per side}, median, mean, krum
+    aggregator: Any = field(default_factory=lambda: AGGREGATORS.config("trimmed_mean"),
+                            metadata=component(AGGREGATORS))
+    # over G, one aggregate per aggregator: a plain mean by default, the aggregators not being
+    # Byzantine unless faults.byzantine lists one (robust rules would discard honest non-IID
+    # tiers' signal); `weighted_mean` weighs each ĝ_a by the payloads a aggregated that round
+    # (those that verified), so a worker counts the same whatever the size of its tier
+    top_aggregator: Any = field(default_factory=lambda: AGGREGATORS.config("mean"),
+                                metadata=component(AGGREGATORS))
     verify_commitments: bool = True  # aggregators drop payloads whose SHA3 commitment fails
-    # what travels, the section every method uses: Top-k + INT8 (DSO's, `keep` the
-    # fraction per tensor), Top-k, INT8 or dense (`identity`: `keep` and `semantic`
-    # unused); always with error feedback
-    compression: CompressionConfig = field(default_factory=lambda: CompressionConfig(
-        name="topk_int8", keep=0.01, error_feedback=True))
+    # what travels, the section every method uses: Top-k + INT8 (DSO's), topk, int8 or
+    # dense (`identity`; `semantic` unused but by Top-k); always with error feedback
+    compression: Any = field(default_factory=lambda: TopKInt8Config(
+        keep=0.01, error_feedback=True), metadata=component(COMPRESSORS))
     semantic: bool = True  # rank by |g'| ⊙ s (false: by |g'|)
     # where s comes from: `public`, the task's held-out split, the same probe batches for
     # every worker (the report's fixed public probe set); `private`, the worker's own shard,
@@ -131,7 +132,7 @@ class DSOConfig(StrategyConfig):
     @property
     def semantic_topk(self) -> bool:
         """Entries are kept by |g'| ⊙ s: a Top-k compressor with ``semantic`` on."""
-        return self.semantic and self.compression.name in ("topk", "topk_int8")
+        return self.semantic and isinstance(self.compression, SparseConfig)
 
     def validate(self, prefix: str = "strategy") -> None:
         check_betas(self.betas, prefix)
@@ -178,6 +179,9 @@ class DSO(Strategy[DSOState]):
         self.tier = graph.tiers
         self.aggregators = [v for v in range(self.n) if graph.tiers[v] == v]
         self.compressor = build_compressor(cfg.compression)
+        self.rule = build_aggregator(cfg.aggregator)  # weighted_mean: refused here
+        top = cfg.top_aggregator  # weighted_mean (None): step() has the counts it weighs by
+        self.top_rule = None if top.name == "weighted_mean" else build_aggregator(top)
 
     def role(self, cid: int) -> str:
         return AGGREGATOR if self.is_aggregator(cid) else WORKER
@@ -310,10 +314,10 @@ class DSO(Strategy[DSOState]):
         state.commits = {}
         state.gathered = {}
         if accepted:
-            local = {name: aggregate(cfg.aggregator, [g[name] for g in accepted], cfg.trim)
+            local = {name: aggregate(self.rule, [g[name] for g in accepted])
                      for name in live}
             state.gathered[client.cid] = state.feedback.compress(local)
-            if cfg.top_aggregator == "weighted_mean":  # its weight: the payloads it used
+            if cfg.top_aggregator.name == "weighted_mean":  # its weight: the payloads it used
                 state.gathered[client.cid][SERVED] = torch.tensor([len(accepted)],
                                                                   dtype=torch.int32)
         return self.push(client, ctx)
@@ -383,13 +387,10 @@ class DSO(Strategy[DSOState]):
         live = params.trainable_params(client.model)
         order = sorted(gathered)
         members = [self.decompress(gathered[a], live) for a in order]
-        rule = self.cfg.top_aggregator
         for name, p in live.items():
             vectors = [g[name] for g in members]
-            if rule == "weighted_mean":
-                p.grad = weighted_mean(vectors, [int(gathered[a][SERVED][0]) for a in order])
-            else:
-                p.grad = aggregate(rule, vectors, self.cfg.trim)
+            p.grad = aggregate(self.top_rule, vectors) if self.top_rule is not None else \
+                weighted_mean(vectors, [int(gathered[a][SERVED][0]) for a in order])
         client.state.optimizer.step()
         client.state.optimizer.zero_grad(set_to_none=True)
 

@@ -38,7 +38,9 @@ class DZSGD(Strategy[DZSGDState]):
     name = "dzsgd"
     Config = DZSGDConfig
     State = DZSGDState
-    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
+    # its MeZO steps' ±ε evaluations run chunk by chunk (decent.engine.stacked_zo)
+    batchable = True
+    zo_estimator = "mezo"
 
     def init_state(self, client: Client[DZSGDState], shared: Any) -> DZSGDState:
         return DZSGDState()

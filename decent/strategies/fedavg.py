@@ -20,10 +20,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from decent.compression import CompressionConfig, ErrorFeedback, build_compressor
+from decent.compression import COMPRESSORS, CompressionConfig, ErrorFeedback, build_compressor
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
+from decent.core.registry import component
 from decent.core.schema import in_range, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext, Strategy
@@ -59,7 +60,8 @@ def outer_optimizer(parameters: Iterable[torch.Tensor],
 class FedAvgConfig(OuterStepConfig):
     name: str = "fedavg"
     # Upload compression (the broadcast stays dense): identity by default.
-    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    compression: Any = field(default_factory=CompressionConfig,
+                             metadata=component(COMPRESSORS))
 
 
 @dataclass
@@ -127,7 +129,8 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         start = params.snapshot(client.model)
         client.stats["loss"] = local_steps(
             client, state.optimizer, ctx.task, self.cfg.local_steps, self.cfg.batch_size,
-            self.cfg, ctx.round)
+            self.cfg, ctx.round,
+            runner=ctx.runner)
         live = params.trainable_params(client.model)
         delta = {name: start[name] - live[name].detach() for name in start}
         if state.feedback is not None:

@@ -120,7 +120,8 @@ class GASLoC(Strategy[GASLoCState]):
         state = client.state
         theta = params.snapshot(client.model)  # θ_t^i
         client.stats["loss"] = local_steps(
-            client, state.optimizer, ctx.task, state.H, cfg.batch_size, cfg, ctx.round)
+            client, state.optimizer, ctx.task, state.H, cfg.batch_size, cfg, ctx.round,
+            runner=ctx.runner)
         with torch.no_grad():
             live = params.trainable_params(client.model)
             # y = θ + η g with g = θ_H − θ (the drift)

@@ -12,7 +12,7 @@ from decent.core.messages import Message
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
 from decent.strategies.inbox import Inbox
-from decent.strategies.step_batching import MixRequest, runner
+from decent.strategies.step_batching import MixRequest
 
 Tensors = dict[str, torch.Tensor]
 
@@ -64,7 +64,7 @@ def average_with_neighbours(client: Client[Any], inbox: Inbox | list[Message],
                             ctx: PhaseContext, tag: str | None = None) -> None:
     """Mix the client's trainable tensors with its neighbours' (each message's payload a
     name → tensor dict): θ_i ← Σ_j w_ij θ_j, by :func:`mix_with_neighbours`."""
-    batched = runner()
+    batched = ctx.runner
     if batched is not None:  # the process mixes its clients together
         if not isinstance(inbox, Inbox):
             inbox = Inbox.of(inbox, client.cid, ctx)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,44 +12,12 @@ from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models.output_logits import OutputLogits
 from decent.models.router_losses import RouterLogits, RouterLossConfig
-from decent.strategies.base import Client
-from decent.strategies.config import StrategyConfig
-from decent.strategies.step_batching import StepRequest, runner
+from decent.strategies.base import Client, StepRunner
+from decent.strategies.config import LRScheduleConfig, StrategyConfig
+from decent.strategies.step_batching import StepRequest
 from decent.tasks.base import Task
 
 OPTIMIZERS = ("sgd", "adamw")
-SCHEDULES = ("constant", "cosine")
-
-
-@dataclass
-class LRScheduleConfig:
-    """The inner learning rate over a worker's inner steps t = round · H + i (i-th step of
-    the round): a linear warm-up over the first ``warmup_steps`` steps, then constant or a
-    cosine decay to ``min_lr_ratio`` · lr at ``total_steps`` (0: the run's rounds ×
-    local_steps, filled in when the config is loaded). DiLoCo's recipe (Douillard et al.,
-    2023, §3) is a warm-up then cosine decay. The factor is a function of t alone, so a
-    resumed run continues the schedule with nothing extra in a checkpoint."""
-
-    # constant after the warm-up, or cosine decay to min_lr_ratio · lr
-    name: str = one_of(SCHEDULES, "constant")
-    warmup_steps: int = at_least(0, 0)  # inner steps of linear warm-up from 0 to lr
-    # the schedule's length in inner steps; 0: the run's (rounds × local_steps)
-    total_steps: int = at_least(0, 0)
-    min_lr_ratio: float = in_range(0.0, 0, 1)  # cosine: the final learning rate as a fraction of lr
-
-    def factor(self, t: int) -> float:
-        if t < self.warmup_steps:  # (t + 1) / W: the first step already moves
-            return (t + 1) / self.warmup_steps
-        if self.name == "constant":
-            return 1.0
-        span = max(self.total_steps - self.warmup_steps, 1)
-        progress = min((t - self.warmup_steps) / span, 1.0)
-        cosine = 0.5 * (1 + math.cos(math.pi * progress))
-        return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
-
-    @property
-    def active(self) -> bool:
-        return self.name != "constant" or self.warmup_steps > 0
 
 
 def adamw_betas(default: tuple[float, float] = (0.9, 0.999)) -> Any:
@@ -124,6 +91,7 @@ def local_steps(
     batch_size: int,
     cfg: LocalTrainingConfig | None = None,
     round_: int = 0,
+    runner: StepRunner | None = None,
 ) -> float:
     """Run ``steps`` optimizer steps on batches drawn from the client's data with its own
     generator; the mean training loss. The steps are charged to the client's compute
@@ -134,12 +102,12 @@ def local_steps(
     ``logit_z_loss`` on and a language model, plus that coefficient times the output-logit
     z-loss (recorded as ``logit_z_loss``); with ``grad_clip`` on, the gradient's global norm
     is clipped before each step (the mean norm before clipping is recorded as
-    ``grad_norm``). The returned mean is the task loss alone."""
+    ``grad_norm``). The returned mean is the task loss alone. ``runner``: the phase
+    context's (``ctx.runner``), which takes a batched process's clients' steps together."""
     client.count_steps(steps)
     request = StepRequest(client, optimizer, task, steps, batch_size, cfg, round_)
-    batched = runner()
-    if batched is not None:  # the process takes its clients' steps together
-        return batched(request)
+    if runner is not None:  # the process takes its clients' steps together
+        return float(runner(request))
     return one_client_steps(request)
 
 

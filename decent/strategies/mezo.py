@@ -31,7 +31,9 @@ class MeZO(Strategy[MeZOState]):
     name = "mezo"
     Config = MeZOConfig
     State = MeZOState
-    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
+    # its MeZO steps' ±ε evaluations run chunk by chunk (decent.engine.stacked_zo)
+    batchable = True
+    zo_estimator = "mezo"
 
     def init_state(self, client: Client[MeZOState], shared: Any) -> MeZOState:
         return MeZOState()

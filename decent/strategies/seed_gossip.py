@@ -43,6 +43,9 @@ class SeedGossip(Strategy[SeedGossipState]):
     name = "seed_gossip"
     Config = SeedGossipConfig
     State = SeedGossipState
+    # its MeZO steps' ±ε evaluations run chunk by chunk (decent.engine.stacked_zo)
+    batchable = True
+    zo_estimator = "mezo"
 
     def init_state(self, client: Client[SeedGossipState], shared: Any) -> SeedGossipState:
         return SeedGossipState(theta0=params.snapshot(client.model))

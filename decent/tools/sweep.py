@@ -93,38 +93,31 @@ def expand(path: str, grid: dict[str, list[Any]], seeds: int, overrides: list[st
 
 
 def trial_resources(cfg: RunConfig, resources: dict[str, float]) -> Any:
-    """What one trial needs: a CPU bundle for its driver, and one bundle per actor when
-    the run itself uses the Ray backend."""
+    """What one trial needs: a CPU bundle for its driver, and one bundle per actor of the
+    layout the run will plan when it uses the Ray backend."""
     from ray import tune
 
     driver = {"CPU": float(cfg.torch_threads)}
     if cfg.backend != "ray":
         return tune.PlacementGroupFactory([driver])
-    from decent.backends.ray.placement import groups_for
+    from decent.backends.ray.layout import as_one_node, plan_layout
 
     actor = {"CPU": cfg.ray.num_cpus_per_actor} | (
         {"GPU": cfg.ray.num_gpus_per_actor} if cfg.ray.num_gpus_per_actor else {})
-    return tune.PlacementGroupFactory([driver] + [actor] * len(groups_for(cfg, resources)))
+    actors = plan_layout(cfg, as_one_node(resources)).actors
+    return tune.PlacementGroupFactory([driver] + [actor] * actors)
 
 
 def size_actors(trials: list[Trial], parallel: int | None,
                 resources: dict[str, float]) -> list[Trial]:
-    """The trials with ``ray.clients_per_actor: auto`` given their share of the cluster's
-    actor slots (``ray.actor_slots``; at least one each): the trials that run at once fit
-    side by side. Copies: a validated config is never rewritten."""
-    from decent.backends.ray.placement import actor_slots
+    """The trials with their configs as the layout planner sizes them when the trials
+    that run at once share the cluster (:func:`decent.backends.ray.layout.trial_layout`)."""
+    from decent.backends.ray.layout import as_one_node, trial_layout
 
     concurrent = min(len(trials), parallel or len(trials))
-    out = []
-    for t in trials:
-        rc = t.config.ray
-        if t.config.backend == "ray" and rc.clients_per_actor == "auto" \
-                and rc.actor_slots is None:
-            share = max(1, actor_slots(rc, resources) // concurrent)
-            t = dataclasses.replace(t, config=dataclasses.replace(
-                t.config, ray=dataclasses.replace(rc, actor_slots=share)))
-        out.append(t)
-    return out
+    return [dataclasses.replace(t, config=trial_layout(t.config, as_one_node(resources),
+                                                       concurrent)[0])
+            if t.config.backend == "ray" else t for t in trials]
 
 
 def run_trial(spec: dict[str, Any]) -> None:

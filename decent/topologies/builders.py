@@ -1,14 +1,26 @@
-"""Every graph builder by its ``topology.name``: the static ones take the config, the
-time-varying ones the config and the round. (``two_tier`` is built by :class:`Topology`
-itself: it needs the latency model to place its workers.)"""
+"""Every graph by its ``topology.name``: :data:`TOPOLOGIES`, config class and builder.
+
+A static graph's builder takes its config (``build(cfg) -> nx.Graph``); a time-varying
+one's (config class with ``TIME_VARYING = True``) takes the config and the round
+(``build(cfg, round)``). Every builder returns nodes ``0..n-1``. A user's module adds a
+graph with ``TOPOLOGIES.register(name, Config, build)``, ``Config`` subclassing
+:class:`~decent.topologies.config.TopologyConfig`. (``two_tier`` places its workers by the
+network model's latency: :class:`~decent.topologies.topology.Topology` builds it with
+that; its registered builder is the round-robin placement, as without a latency model.)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import networkx as nx
-
-from decent.topologies.config import TopologyConfig
+from decent.core.registry import Registry
+from decent.topologies.config import (
+    EdgeListConfig,
+    ErdosRenyiConfig,
+    GridConfig,
+    MatchingConfig,
+    RandomRegularConfig,
+    TopologyConfig,
+    TwoTierConfig,
+)
 from decent.topologies.random_graphs import erdos_renyi, one_peer, random_regular, two_peer
 from decent.topologies.shapes import (
     complete,
@@ -20,20 +32,27 @@ from decent.topologies.shapes import (
     star,
     torus,
 )
+from decent.topologies.two_tier import two_tier
 
-STATIC_BUILDERS: dict[str, Callable[[TopologyConfig], nx.Graph]] = {
-    "ring": ring,
-    "path": path,
-    "meshgrid": meshgrid,
-    "torus": torus,
-    "complete": complete,
-    "star": star,
-    "exponential": exponential,
-    "erdos_renyi": erdos_renyi,
-    "random_regular": random_regular,
-    "edge_list": edge_list,
-}
-TIME_VARYING_BUILDERS: dict[str, Callable[[TopologyConfig, int], nx.Graph]] = {
-    "one_peer": one_peer,
-    "two_peer": two_peer,
-}
+TOPOLOGIES = Registry("topology")
+for _name, _config, _build in (
+    ("ring", TopologyConfig, ring),
+    ("path", TopologyConfig, path),
+    ("complete", TopologyConfig, complete),
+    ("star", TopologyConfig, star),
+    ("exponential", TopologyConfig, exponential),
+    ("meshgrid", GridConfig, meshgrid),
+    ("torus", GridConfig, torus),
+    ("erdos_renyi", ErdosRenyiConfig, erdos_renyi),
+    ("random_regular", RandomRegularConfig, random_regular),
+    ("edge_list", EdgeListConfig, edge_list),
+    ("two_tier", TwoTierConfig, two_tier),
+    ("one_peer", MatchingConfig, one_peer),
+    ("two_peer", MatchingConfig, two_peer),
+):
+    TOPOLOGIES.register(_name, _config, _build)
+
+
+def topology_config(section: dict | str) -> TopologyConfig:
+    """The validated config of a ``topology`` section (``{name: ring, n: 16}``)."""
+    return TOPOLOGIES.config(section)

@@ -1,51 +1,35 @@
-"""The ``topology`` section of a run config and the names of the graphs it can ask for."""
+"""The ``topology`` section of a run config: the fields every graph has, and each graph's
+own (a field the chosen graph does not declare is refused, not silently ignored).
+
+Each graph registers its config class with its builder in
+:data:`decent.topologies.builders.TOPOLOGIES`; a user's module (``imports:``) may add one
+the same way, with a config class that subclasses :class:`TopologyConfig`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from decent.core.errors import ConfigError
-from decent.core.schema import at_least, in_range, one_of, seed_field
+from decent.core.schema import at_least, in_range, one_of, seed_field, text
 from decent.topologies.mixing import MIXING_KINDS
-
-STATIC_TOPOLOGIES = (
-    "ring",
-    "path",
-    "meshgrid",
-    "torus",
-    "complete",
-    "star",
-    "exponential",
-    "erdos_renyi",
-    "random_regular",
-    "edge_list",
-    "two_tier",
-)
-TIME_VARYING_TOPOLOGIES = ("one_peer", "two_peer")
-TOPOLOGIES = STATIC_TOPOLOGIES + TIME_VARYING_TOPOLOGIES
 
 
 @dataclass(frozen=True)
 class TopologyConfig:
-    """The ``topology`` section of a run config.
+    """What every graph's section holds (ring, path, complete, star and exponential need
+    nothing more)."""
 
-    Only the fields the chosen ``name`` uses are read: ``p`` for ``erdos_renyi``,
-    ``degree`` for ``random_regular``, ``rows`` for ``meshgrid``/``torus``, ``edges`` for
-    ``edge_list``; ``seed`` for every random graph.
-    """
+    # True: the graph is redrawn every round (its builder takes the round too)
+    TIME_VARYING: ClassVar[bool] = False
 
-    # the graph; one_peer and two_peer are redrawn every round
-    name: str = one_of(TOPOLOGIES, "ring")
+    # the graph (`decent config schema topology` lists them); one_peer and two_peer are
+    # redrawn every round
+    name: str = text("ring", nullable=False)
     n: int = at_least(1, 16)  # ≥ 2 except for `complete` (n = 1: a single client)
-    seed: int = seed_field(0)  # seeds the random graphs (erdos_renyi, random_regular, one/two_peer)
-    p: float = in_range(0.3, 0, 1, lo_open=True)  # erdos_renyi: the probability of each edge
-    degree: int = at_least(1, 3)  # random_regular: every client's number of neighbours
-    # meshgrid and torus: rows of the grid; None: the most square shape
-    rows: int | None = at_least(2, None, nullable=True)
-    edges: list | None = None  # checked pair by pair when the graph is built
-    aggregators: int = at_least(1, 8)  # two_tier: vertices 0..A-1 aggregate, the rest work
     # the mixing matrix W: Metropolis-Hastings, or uniform over each neighbourhood
     weights: str = one_of(MIXING_KINDS, "metropolis")
 
@@ -55,7 +39,52 @@ class TopologyConfig:
         if not is_int(self.n) or self.n < least:
             raise ConfigError(f"{prefix}.n", f"{self.name} needs an integer number of "
                               f"clients n ≥ {least} (got {self.n!r})")
-        if self.name == "two_tier" and self.aggregators >= self.n:
+
+
+@dataclass(frozen=True)
+class RandomTopologyConfig(TopologyConfig):
+    """A graph drawn at random: repeated edge for edge from its seed."""
+
+    seed: int = seed_field(0)  # seeds the graph's draws
+
+
+@dataclass(frozen=True)
+class ErdosRenyiConfig(RandomTopologyConfig):
+    p: float = in_range(0.3, 0, 1, lo_open=True)  # the probability of each edge
+
+
+@dataclass(frozen=True)
+class RandomRegularConfig(RandomTopologyConfig):
+    degree: int = at_least(1, 3)  # every client's number of neighbours
+
+
+@dataclass(frozen=True)
+class MatchingConfig(RandomTopologyConfig):
+    """one_peer / two_peer: fresh random matchings every round."""
+
+    TIME_VARYING: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class GridConfig(TopologyConfig):
+    """meshgrid and torus."""
+
+    # rows of the grid; None: the most square shape
+    rows: int | None = at_least(2, None, nullable=True)
+
+
+@dataclass(frozen=True)
+class EdgeListConfig(TopologyConfig):
+    edges: list | None = None  # [[i, j], ...]: checked pair by pair when the graph is built
+
+
+@dataclass(frozen=True)
+class TwoTierConfig(TopologyConfig):
+    aggregators: int = at_least(1, 8)  # vertices 0..A-1 aggregate, the rest work
+
+    def validate(self, prefix: str = "topology") -> None:
+        super().validate(prefix)
+        if self.aggregators >= self.n:
             raise ConfigError(f"{prefix}.aggregators",
                               f"must be below n = {self.n}, so that some vertices are "
                               f"workers (got {self.aggregators})")

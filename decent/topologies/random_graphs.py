@@ -12,7 +12,12 @@ import networkx as nx
 import numpy as np
 
 from decent.core.errors import ConfigError
-from decent.topologies.config import TopologyConfig, is_int
+from decent.topologies.config import (
+    ErdosRenyiConfig,
+    RandomRegularConfig,
+    RandomTopologyConfig,
+    is_int,
+)
 from decent.topologies.shapes import empty_graph
 
 # Random graphs are redrawn (seed, seed+1, ...) until connected, at most this many times.
@@ -34,7 +39,7 @@ def _connected_draw(
     raise ConfigError(field, message)
 
 
-def erdos_renyi(cfg: TopologyConfig) -> nx.Graph:
+def erdos_renyi(cfg: ErdosRenyiConfig) -> nx.Graph:
     """G(n, p) redrawn with seed, seed+1, ... until connected."""
     n, p = cfg.n, cfg.p
     if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p <= 1:
@@ -49,7 +54,7 @@ def erdos_renyi(cfg: TopologyConfig) -> nx.Graph:
     )
 
 
-def random_regular(cfg: TopologyConfig) -> nx.Graph:
+def random_regular(cfg: RandomRegularConfig) -> nx.Graph:
     """Uniform random ``degree``-regular graph, redrawn until connected."""
     n, d = cfg.n, cfg.degree
     if not is_int(d) or not 1 <= d < n:
@@ -76,13 +81,13 @@ def _matching(n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(perm[0::2], perm[1::2], strict=False)]
 
 
-def _round_rng(cfg: TopologyConfig, round: int) -> np.random.Generator:
+def _round_rng(cfg: RandomTopologyConfig, round: int) -> np.random.Generator:
     if round < 0:
         raise ValueError(f"round must be ≥ 0 (got {round})")
     return np.random.default_rng([cfg.seed, round])
 
 
-def one_peer(cfg: TopologyConfig, round: int) -> nx.Graph:
+def one_peer(cfg: RandomTopologyConfig, round: int) -> nx.Graph:
     """Round ``round``'s random perfect matching: each client talks to at most one peer.
 
     Drawn from ``default_rng([seed, round])`` so any process can rebuild any round's graph
@@ -93,7 +98,7 @@ def one_peer(cfg: TopologyConfig, round: int) -> nx.Graph:
     return G
 
 
-def two_peer(cfg: TopologyConfig, round: int) -> nx.Graph:
+def two_peer(cfg: RandomTopologyConfig, round: int) -> nx.Graph:
     """Union of two independent random matchings: each client has at most two peers."""
     rng = _round_rng(cfg, round)
     G = empty_graph(cfg.n)

@@ -12,7 +12,7 @@ import math
 import networkx as nx
 
 from decent.core.errors import ConfigError
-from decent.topologies.config import TopologyConfig, is_int
+from decent.topologies.config import EdgeListConfig, GridConfig, TopologyConfig, is_int
 
 
 def empty_graph(n: int) -> nx.Graph:
@@ -45,7 +45,7 @@ def _nearest_grid_sizes(n: int, min_side: int) -> tuple[int, int]:
     return (lo if lo is not None else hi), hi
 
 
-def _grid_shape(cfg: TopologyConfig, min_side: int) -> tuple[int, int]:
+def _grid_shape(cfg: GridConfig, min_side: int) -> tuple[int, int]:
     """``(rows, cols)`` for a meshgrid (sides ≥ 2) or torus (sides ≥ 3)."""
     kind = cfg.name
     n = cfg.n
@@ -84,7 +84,7 @@ def _grid_shape(cfg: TopologyConfig, min_side: int) -> tuple[int, int]:
     return rows, n // rows
 
 
-def _grid(cfg: TopologyConfig, periodic: bool) -> nx.Graph:
+def _grid(cfg: GridConfig, periodic: bool) -> nx.Graph:
     rows, cols = _grid_shape(cfg, min_side=3 if periodic else 2)
     G = nx.grid_2d_graph(rows, cols, periodic=periodic)
     # Row-major numbering: client r·cols + c sits at row r, column c.
@@ -101,12 +101,12 @@ def path(cfg: TopologyConfig) -> nx.Graph:
     return nx.path_graph(cfg.n)
 
 
-def meshgrid(cfg: TopologyConfig) -> nx.Graph:
+def meshgrid(cfg: GridConfig) -> nx.Graph:
     """``rows × cols`` grid without wrap-around, nodes numbered row-major."""
     return _grid(cfg, periodic=False)
 
 
-def torus(cfg: TopologyConfig) -> nx.Graph:
+def torus(cfg: GridConfig) -> nx.Graph:
     """``rows × cols`` grid wrapped in both directions (sides ≥ 3, so no double edges)."""
     return _grid(cfg, periodic=True)
 
@@ -130,7 +130,7 @@ def exponential(cfg: TopologyConfig) -> nx.Graph:
     return G
 
 
-def edge_list(cfg: TopologyConfig) -> nx.Graph:
+def edge_list(cfg: EdgeListConfig) -> nx.Graph:
     """The graph spelled out in ``topology.edges`` as ``[u, v]`` pairs."""
     n, edges = cfg.n, cfg.edges
     if edges is None:

@@ -3,14 +3,16 @@ and the plain-Python :class:`RoundGraph` snapshot handed to strategies and the r
 
 from __future__ import annotations
 
+from typing import Any
+
 import networkx as nx
 import numpy as np
 
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts, RoundGraph
 from decent.core.schema import validate_fields
-from decent.topologies.builders import STATIC_BUILDERS, TIME_VARYING_BUILDERS
-from decent.topologies.config import TopologyConfig
+from decent.topologies.builders import TOPOLOGIES
+from decent.topologies.config import TopologyConfig, TwoTierConfig
 from decent.topologies.mixing import mixing_matrix
 from decent.topologies.two_tier import Latency, nearest_aggregators, two_tier
 
@@ -38,16 +40,17 @@ class Topology:
         self.cfg = cfg
         # two_tier: each worker's aggregator, by the network model's latency
         self.assignment = nearest_aggregators(cfg.n, cfg.aggregators, latency) \
-            if cfg.name == "two_tier" else None
+            if isinstance(cfg, TwoTierConfig) else None
         self.name = cfg.name
         self.n = cfg.n
         self.weights = cfg.weights
-        self.time_varying = cfg.name in TIME_VARYING_BUILDERS
+        self.time_varying = bool(getattr(cfg, "TIME_VARYING", False))
+        self._build = TOPOLOGIES.entry(cfg.name).build
         self._round: int | None = None
         self._cached: tuple[nx.Graph, np.ndarray, RoundGraph] | None = None
         if not self.time_varying:
-            G = two_tier(cfg, self.assignment) if self.assignment is not None \
-                else STATIC_BUILDERS[cfg.name](cfg)
+            G = two_tier(cfg, self.assignment) if isinstance(cfg, TwoTierConfig) \
+                else self._build(cfg)
             if not nx.is_connected(G):
                 k = nx.number_connected_components(G)
                 raise ConfigError(
@@ -62,7 +65,7 @@ class Topology:
         if not self.time_varying:
             return self._static
         if self._round != round or self._cached is None:
-            G = TIME_VARYING_BUILDERS[self.name](self.cfg, round)
+            G = self._build(self.cfg, round)
             W = mixing_matrix(G, self.weights)
             self._cached = (G, W, snapshot(G, W))
             self._round = round
@@ -106,7 +109,15 @@ def validate(cfg: TopologyConfig) -> None:
     validate_fields(cfg, "topology")
 
 
-def build_topology(cfg: TopologyConfig, latency: Latency | None = None) -> Topology:
-    """Validate ``cfg`` and build its topology (static graphs are built and checked now);
-    ``latency(i, j)`` in seconds places a two-tier graph's workers."""
+def build_topology(cfg: TopologyConfig | dict[str, Any], latency: Latency | None = None
+                   ) -> Topology:
+    """Validate ``cfg`` (a config, or a ``topology`` section such as ``{name: ring, n: 8}``)
+    and build its topology (static graphs are built and checked now); ``latency(i, j)`` in
+    seconds places a two-tier graph's workers."""
+    if isinstance(cfg, dict):
+        cfg = TOPOLOGIES.config(cfg)
+    elif type(cfg) is TopologyConfig and TOPOLOGIES.entry(cfg.name).config is not TopologyConfig:
+        # the common fields naming a graph with fields of its own (a random or
+        # time-varying one): that graph's config, its own fields at their defaults
+        cfg = TOPOLOGIES.config({"name": cfg.name, "n": cfg.n, "weights": cfg.weights})
     return Topology(cfg, latency)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from decent.topologies.config import TopologyConfig
+from decent.topologies.config import TwoTierConfig
 from decent.topologies.shapes import empty_graph
 
 Latency = Callable[[int, int], float]
@@ -25,8 +25,11 @@ def nearest_aggregators(n: int, aggregators: int, latency: Latency | None) -> di
     return out
 
 
-def two_tier(cfg: TopologyConfig, assignment: dict[int, int]) -> nx.Graph:
-    """Aggregators 0..A-1 on a complete overlay; each worker linked to its aggregator."""
+def two_tier(cfg: TwoTierConfig, assignment: dict[int, int] | None = None) -> nx.Graph:
+    """Aggregators 0..A-1 on a complete overlay; each worker linked to its aggregator
+    (``assignment``; default: the round-robin one, as without a latency model)."""
+    if assignment is None:
+        assignment = nearest_aggregators(cfg.n, cfg.aggregators, None)
     G = empty_graph(cfg.n)
     G.add_edges_from((a, b) for a in range(cfg.aggregators)
                      for b in range(a + 1, cfg.aggregators))

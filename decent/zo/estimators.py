@@ -80,6 +80,17 @@ class DenseMeZO:
         pass
 
 
+class InPlaceMeZO(DenseMeZO):
+    """MeZO's own step (:func:`decent.zo.mezo.two_point`): θ perturbed in place by +ε,
+    −2ε, +ε and so restored only up to float rounding, with no copy held. What the MeZO
+    steps of MeZO, DZSGD and seed gossip take (each client owns its whole model, so no
+    consensus depends on the residue); kept by no one, hence not storable."""
+
+    def estimate(self, model: nn.Module, replica: DenseReplica, loss_fn: Callable[[], float],
+                 seed: int, eps: float) -> float:
+        return mezo.two_point(replica.tensors, loss_fn, seed, eps)
+
+
 @storable(fields=('rank', 'seed', 'basis', 'anchor_1d'))
 class SubCGE:
     """One instance per process: holds the shared basis (U, V) and the shared weights."""

@@ -68,6 +68,10 @@ class ClientHost:
         """The node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
+    def placement(self) -> tuple[str, list[int]]:
+        """The node this actor runs on and the GPU ids Ray assigned it (none: CPU)."""
+        return ray.get_runtime_context().get_node_id(), [int(g) for g in ray.get_gpu_ids()]
+
     def compute_charge(self) -> dict[str, Any]:
         """The FLOPs per step its clock charges and their source (the same in every actor)."""
         return self.group.clock.record()

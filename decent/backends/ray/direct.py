@@ -34,21 +34,9 @@ from decent.backends.ray.transport import Held
 from decent.core.errors import HostsLost
 from decent.core.messages import Message
 from decent.core.tree import tree_leaves, tree_map
-from decent.engine.config import RayConfig
 
 # RDT's tensor transports and the collective backend each needs
 COLLECTIVE_BACKEND = {"gloo": "torch_gloo", "nccl": "nccl"}
-
-
-def requested(rc: RayConfig) -> str | None:
-    """The RDT transport ``ray.payload_transport`` asks for (None: the object store).
-    ``auto`` picks NCCL for GPU actors and the object store for CPU actors: on one node
-    the store moves CPU arrays zero-copy, faster than Gloo (benchmarks/payload_transport.py)."""
-    on_gpu = rc.num_gpus_per_actor > 0
-    if rc.payload_transport == "object_store" or (rc.payload_transport == "auto"
-                                                  and not on_gpu):
-        return None
-    return "nccl" if on_gpu else "gloo"
 
 
 class DirectPayloads:

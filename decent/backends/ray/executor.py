@@ -10,8 +10,10 @@ returns its outbox, its compute times and its statistics."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,60 +21,81 @@ import ray
 import torch
 
 from decent.backends.ray import direct, spread, transport, warm
+from decent.backends.ray.config import LossPolicy
+from decent.backends.ray.layout import (
+    FROZEN_WEIGHT_MODELS,
+    Layout,
+    plan_layout,
+)
 from decent.backends.ray.losses import died, gather
 from decent.backends.ray.memory_plan import (
     Footprint,
-    MemoryPlan,
     available_mb,
-    check_fits,
-    plan_memory,
     probe_apart,
     probe_beside,
     process_memory_mb,
 )
-from decent.backends.ray.node_memory import Node, check_nodes
-from decent.backends.ray.placement import groups_for
 from decent.backends.ray.session import connect, shutdown
-from decent.core.errors import ActorLost, ConfigError, HostsLost
+from decent.core.errors import ActorLost, HostsLost
 from decent.core.messages import Message
 from decent.engine.config import RunConfig
 from decent.engine.executor import Inboxes, PhaseResult
 from decent.engine.plan import RunPlan
 from decent.network.membership import RoundMembers
 
-# Models whose frozen weights are worth one copy per machine: the language models (a LoRA
-# base, SubCGE's W, SPES's experts). The small built-in models freeze nothing.
-FROZEN_WEIGHT_MODELS = ("causal_lm", "reward_model")
 
-
-def shares_frozen_weights(cfg: RunConfig, actors: int) -> bool:
-    """Whether the actors of this run map one copy of the frozen weights: CPU actors, more
-    than one, a language model, ``ray.share_frozen`` on."""
-    return (cfg.ray.share_frozen and actors > 1 and cfg.ray.num_gpus_per_actor == 0
-            and cfg.device != "cuda" and cfg.model.name in FROZEN_WEIGHT_MODELS)
+def node_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says an actor's planned node is gone (it died after the plan was
+    made): a loss like an actor's death while starting, planned again over the nodes
+    that answer then."""
+    return isinstance(exc, ray.exceptions.ActorUnschedulableError)
 
 
 class RayActors:
-    """The executor whose hosts are ClientActors, one per group of clients: it places
-    them, moves payloads between them (object store or RDT) and reports an actor that
-    died, in whichever call, as a lost host (:class:`HostsLost`). One that dies while
-    the actors start is :class:`ActorLost`: there is no run to go on without it yet, so
-    the runner builds the engine again (back to the checkpoint, or the start)."""
+    """The executor whose hosts are ClientActors, one per group of clients. It plans the
+    run's :class:`~decent.backends.ray.layout.Layout` from the cluster as it is now (memory
+    probed first, then Ray started, then the plan: nothing starts before it), starts
+    exactly that, moves payloads between the actors (object store or RDT) and reports an
+    actor that died, in whichever call, as a lost host (:class:`HostsLost`). One that dies
+    while the actors start is :class:`ActorLost`: there is no run to go on without it yet,
+    so the runner builds the engine again (back to the checkpoint, or the start), planning
+    again over the nodes alive then."""
 
     def __init__(self, cfg: RunConfig, plan: RunPlan) -> None:
-        from decent.backends.ray.client_actor import ClientActor, DirectClientActor
-
         self.cfg = cfg
         transport.send_by_value(cfg.imports)  # before anything pickles the plan
         self.dead: set[int] = set()  # actors that died: never called again
         # messages whose payloads were lost with their sender's actor, never delivered
         self.messages_lost = 0
+        self.actors: list[Any] = []
+        self.direct: direct.DirectPayloads | None = None
+        self.started_ray = False
+        self.warm_key: Any = None
         rc = cfg.ray
         free = available_mb()  # before Ray's own processes start; the driver is running
-        free_mb = None if free is None else free + process_memory_mb()["pss"]
+        footprint, store_mb = self._probe_and_connect(cfg, plan, free)
+        try:
+            facts = spread.cluster_facts(
+                rc, None if free is None or not self.started_ray
+                else free + process_memory_mb()["pss"],
+                store_mb if self.started_ray else math.inf)
+            graph = plan.topology.round_graph(0)
+            self.planned = plan_layout(cfg, facts, footprint, process_memory_mb()["pss"],
+                                    [graph.degree(c) for c in range(cfg.n)])
+        except BaseException:
+            self.close()
+            raise
+        for line in self.planned.lines():
+            print(line, flush=True)
+        self.start(self.planned, plan)
+
+    def _probe_and_connect(self, cfg: RunConfig, plan: RunPlan, free: float | None
+                           ) -> tuple[Footprint | None, int]:
+        """The memory probe's footprint (None: ``ray.memory_plan=false``) and the object
+        store's size, with Ray connected (or started)."""
+        rc = cfg.ray
         store_mb = rc.object_store_mb
         footprint: Footprint | None = None
-        self.memory: MemoryPlan | None = None  # None: ray.memory_plan=false
         if rc.memory_plan and cfg.model.name in FROZEN_WEIGHT_MODELS:
             # the object store must hold the one shared copy: size it from the probe
             footprint = probe_apart(cfg, plan)
@@ -86,85 +109,41 @@ class RayActors:
                                                        lambda: connect(rc, store_mb))
         else:
             self.started_ray = connect(rc, store_mb)
-        nodes = spread.live_nodes()
-        self.groups = groups_for(cfg, ray.cluster_resources(), nodes)
-        self.host_of = {cid: i for i, cids in enumerate(self.groups) for cid in cids}
-        share = shares_frozen_weights(cfg, len(self.groups))
-        grouped = spread.grouped(rc, nodes)  # several nodes: checked node by node
-        if footprint is not None:
-            node_mb = rc.node_memory_mb or (free_mb if self.started_ray
-                                            else spread.smallest_node_mb())
-            driver_mb = process_memory_mb()["pss"]
-            graph = plan.topology.round_graph(0)
-            degrees = [graph.degree(c) for c in range(cfg.n)]
+        return footprint, store_mb
 
-            def replan(groups: list[list[int]], available: float | None = node_mb,
-                       driver: float = driver_mb, shared: bool | None = None) -> MemoryPlan:
-                assert footprint is not None
-                if shared is None:
-                    shared = shares_frozen_weights(cfg, len(groups))
-                return plan_memory(footprint, groups, shared, available, driver,
-                                   cfg.model.name, on_gpu=rc.num_gpus_per_actor > 0,
-                                   store_mb=store_mb if self.started_ray else math.inf,
-                                   degrees=degrees)
+    def start(self, layout: Layout, plan: RunPlan) -> None:
+        """Start the actors ``layout`` names, where it names them; share the frozen
+        weights and open the payload transport it chose."""
+        from decent.backends.ray.client_actor import ClientActor, DirectClientActor
 
-            self.memory = replan(self.groups)
-            try:
-                if not grouped:
-                    print(self.memory.describe(), flush=True)
-                    check_fits(self.memory, cfg.n, replan)
-            except ConfigError:
-                self.actors = []
-                self.close()
-                raise
+        cfg, rc = self.cfg, self.cfg.ray
+        self.groups = layout.groups
+        self.host_of = layout.host_of()
         gpu = rc.num_gpus_per_actor > 0
-        wanted = direct.requested(rc)  # an RDT transport, or None: the object store
+        wanted = layout.transport
         actor_class = ClientActor if wanted is None else DirectClientActor
         resources = {"num_cpus": rc.num_cpus_per_actor, "num_gpus": rc.num_gpus_per_actor}
-        # on several nodes, a bundle per actor reserved where ray.placement says
-        self.actors = []
-        self.group = None
-        try:
-            self.group = spread.place(rc, len(self.groups), nodes, None if self.memory is None
-                                      else list(self.memory.actors_pss_mb))
-            if self.memory is not None and self.group is not None:
-                share_all = shares_frozen_weights(cfg, len(self.groups))
-
-                def plan_node(groups: list[list[int]], node: Node) -> MemoryPlan:
-                    return replan(groups, node.memory_mb, driver_mb if node.driver else 0.0,
-                                  share_all)
-
-                known = spread.cluster_nodes(rc, nodes)
-                self.node_memory = check_nodes(self.groups, spread.bundle_nodes(self.group),
-                                               known, plan_node, rc.placement)
-                for node_id, node_plan in self.node_memory.items():
-                    print(f"{known[node_id].name}: {node_plan.describe()}", flush=True)
-        except ConfigError:
-            self.close()
-            raise
+        several = any(n is not None for n in layout.nodes) and len(set(layout.nodes)) > 1
         # warm hosts from this driver's earlier runs, where Ray outlives this run (never
-        # in a placement group: it goes with the run)
+        # pinned to nodes of a plan: a warm host is wherever it was)
         self.warm_key = (warm.shape_key(rc.num_cpus_per_actor, rc.num_gpus_per_actor)
                          if rc.reuse_actors and wanted is None and not self.started_ray
-                         and self.group is None else None)
-
+                         and not several else None)
         started: list[Any] = []  # what to wait on: each host's set-up
 
         def host(*setup: Any, **kw: Any) -> Any:
-            placed = actor_class.options(**resources,
-                                         **spread.scheduling(self.group, kw["index"]))
+            placed = actor_class.options(**resources, **(
+                {} if self.warm_key is not None else spread.scheduling(layout, kw["index"])))
             handle, setting_up = warm.start(self.warm_key, lambda: placed.remote(*setup, **kw),
                                             *setup, **kw)
             started.append(setting_up)
             return handle
 
-        self.actors = []
-        self.direct: direct.DirectPayloads | None = None
         shared_bytes = 0
         try:
             # the plan the runner built, sent once: every actor unpickles the same one
             plan_ref = ray.put(plan)
-            if share:
+            if layout.share_frozen:
                 # the first actor builds the model and its frozen weights go to the object
                 # store once (owned by the driver, so they outlive any actor); every other
                 # actor maps them read-only, dropping the copy it built before its clients
@@ -179,6 +158,8 @@ class RayActors:
                 self.actors = [host(cfg, plan_ref, cids, gpu, index=k)
                                for k, cids in enumerate(self.groups)]
             ray.get(started)  # surface build errors now
+            where = ray.get([a.placement.remote() for a in self.actors])
+            wanted = self.confirm_transport(wanted, where)
             if wanted is not None:
                 try:
                     self.direct = direct.DirectPayloads(wanted, self.actors)
@@ -193,17 +174,13 @@ class RayActors:
                 self.actors[0].compute_charge.remote())
         except Exception as exc:
             self.close()
-            if died(exc):
+            if died(exc) or node_gone(exc):
                 reason = (str(exc).splitlines() or [""])[0]
                 raise ActorLost(f"an actor died while the run's actors started ({reason})"
                                 ) from exc
             raise
-        try:
-            where = ray.get([a.node_id.remote() for a in self.actors])
-        except ray.exceptions.RayActorError as exc:
-            self.close()
-            raise ActorLost(f"an actor died while the run's actors started ({exc})") from None
         sizes = sorted(len(g) for g in self.groups)
+        nodes = [node for node, _ in where]
         # what the run summary records of how the run was laid out on Ray
         self.layout: dict[str, Any] = {
             "ray_actors": len(self.groups),
@@ -211,18 +188,34 @@ class RayActors:
                                       else f"{sizes[0]}-{sizes[-1]}"),
             "ray_payload_path": "object store" if self.direct is None else self.direct.path,
             "ray_shared_frozen_mb": round(shared_bytes / 2**20, 1),
-            # how many nodes host actors, and each actor's node and clients
-            "ray_nodes": len(set(where)),
+            # how many nodes host actors, and each actor's node, GPUs and clients
+            "ray_nodes": len(set(nodes)),
             "ray_actor_nodes": {str(k): {"node": node, "clients": cids}
-                                for k, (node, cids) in enumerate(zip(where, self.groups,
-                                                                     strict=True))},
+                                | ({"gpus": ids} if ids else {})
+                                for k, ((node, ids), cids) in enumerate(zip(
+                                    where, self.groups, strict=True))},
         }
 
+    @staticmethod
+    def confirm_transport(wanted: str | None, where: list[tuple[str, list[int]]]
+                          ) -> str | None:
+        """The planned transport, unless the GPU ids Ray assigned put two actors on one
+        device after all: NCCL cannot hold two ranks of one GPU, so the object store."""
+        if wanted != "nccl":
+            return wanted
+        devices = [(node, gpu) for node, ids in where for gpu in ids]
+        if len(devices) != len(set(devices)):
+            print("payloads: the object store, not RDT over NCCL: Ray assigned one GPU to "
+                  "several actors, and NCCL cannot hold two ranks of one device", flush=True)
+            return None
+        return wanted
+
     @property
-    def survives_loss(self) -> bool:
+    def loss_policy(self) -> LossPolicy:
         # over RDT the run cannot go on without a lost actor: payloads it kept for others
         # died with it, and its receivers' calls fail with it, so back to the checkpoint
-        return self.direct is None
+        policy = self.cfg.ray.loss_policy()
+        return policy if self.direct is None else replace(policy, on_loss="restart")
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.actors)) if i not in self.dead]
@@ -381,16 +374,22 @@ class RayActors:
         return [{k: transport.send(msgs) for k, msgs in queue.items()} for queue in queues]
 
     def close(self) -> None:
+        """Stop what was started, however far the start got (a half-started executor, or
+        one closed twice, closes without raising)."""
         if getattr(self, "direct", None) is not None:
-            self.direct.close()
+            with contextlib.suppress(Exception):
+                self.direct.close()
             self.direct = None
-        alive = [a for i, a in enumerate(self.actors) if i not in self.dead]
-        for i in self.dead:
-            ray.kill(self.actors[i])
-        warm.keep(getattr(self, "warm_key", None), alive)
+        actors = list(getattr(self, "actors", []))
+        dead = getattr(self, "dead", set())
+        for i in sorted(dead):
+            if i < len(actors):
+                with contextlib.suppress(Exception):
+                    ray.kill(actors[i])
+        with contextlib.suppress(Exception):
+            warm.keep(getattr(self, "warm_key", None),
+                      [a for i, a in enumerate(actors) if i not in dead])
         self.actors = []
-        spread.release(getattr(self, "group", None))
-        self.group = None
-        if self.started_ray:
+        if getattr(self, "started_ray", False):
             shutdown()
             self.started_ray = False

@@ -1,15 +1,17 @@
-"""The memory planner: what a Ray run will take per actor and per node, before any actor
-starts, and whether it fits.
+"""The memory planner: what a Ray run will take per actor and per node — and, for a GPU run,
+per GPU — before any actor starts, and whether it fits.
 
-The sizes come from a probe: the driver builds the clients of two ids (the first and the
-last: a star's server and a worker, or an aggregator and a worker) exactly as an actor
-would, counts the bytes of every tensor they hold, and frees them. Three parts:
+The sizes come from the probe (:mod:`decent.backends.ray.footprint`): the clients of two
+ids built once on the CPU, their figures computed from the built tensors' shapes (model,
+frozen weights, trainable parameters, gradients, optimiser slots, strategy state, data,
+messages) and one batch's activations measured in one forward; no phase and no optimiser
+step run. One line says so before it starts. Three parts on a host:
 
 - the model: every parameter and buffer once per process, except the frozen weights that
   CPU actors map from one copy in the object store (``ray.share_frozen``);
 - per client: its private model tensors and their gradients, the tensors of its strategy
-  state (optimiser slots included: the probe has taken a step), its data shard, and one
-  phase's messages (what the first phase sent, and an inbox of as much);
+  state and the optimiser slots its first step fills, its data shard, and one phase's
+  messages (one payload per neighbour, and an inbox of as much);
 - per process: the interpreter with torch, Ray and this package imported and run
   (ACTOR_RUNTIME_MB, plus LM_LIBRARIES_MB for transformers and peft, measured), the
   task's shared data (test set, tokenised corpus).
@@ -19,15 +21,12 @@ when the plan is made), its actors and the shared copy. While the actors start, 
 but the first builds its own copy of the model before it switches to the shared one: the
 node's peak is the larger of that moment and the steady state. The estimate is printed
 when a run starts; a run whose peak cannot fit is refused with the numbers and a
-``clients_per_actor`` that would fit.
+``clients_per_actor`` that would fit. A GPU's actors are planned and checked the same way
+(:func:`plan_gpu_memory`, :func:`check_gpu_fits`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import dataclasses
-import gc
 import math
 import os
 import pickle
@@ -37,15 +36,24 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
-import numpy as np
-import torch
 
+from decent.backends.ray.footprint import (  # noqa: F401  (re-exported: their old home)
+    MB,
+    Footprint,
+    optimiser_slots,
+    probe,
+    probe_line,
+    reachable,
+    release_freed_memory,
+    storage_bytes,
+    tensors_in,
+)
 from decent.backends.ray.placement import placement
 from decent.backends.ray.session import shutdown
 from decent.core.errors import ConfigError
@@ -67,19 +75,6 @@ LM_MODELS = ("causal_lm", "reward_model")
 # log monitor, autoscaler monitor): 330 MB measured on the reference machine with an
 # embedded Ray (475 MB resident).
 RAY_DAEMONS_MB = 330.0
-MB = 2**20
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What the probe measured, in MB."""
-
-    model_mb: float  # every parameter and buffer, once
-    frozen_mb: float  # of which the frozen weights one machine can share
-    per_client_mb: float  # the largest probed client: private tensors, state, data
-    data_mb: float  # the task's data every process holds
-    message_mb: float = 0.0  # the most one probed client sent in the first phase
-    edge_mb: float = 0.0  # the largest payload one probed client sent one neighbour
 
 
 @dataclass(frozen=True)
@@ -112,121 +107,12 @@ class MemoryPlan:
                 f"node ~{self.node_mb:.0f} MB, peak ~{self.node_peak_mb:.0f} MB{avail}")
 
 
-def reachable(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
-    """``obj`` and every object reachable from it through dataclasses, containers, plain
-    objects' attributes, optimisers (parameters and state) and modules (parameters, their
-    gradients, buffers), once each."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, type):
-        return
-    seen.add(id(obj))
-    yield obj
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
-        return
-    if isinstance(obj, torch.nn.Module):
-        children: list[Any] = [*obj.buffers()]
-        for p in obj.parameters():
-            children += [p] if p.grad is None else [p, p.grad]
-    elif isinstance(obj, torch.optim.Optimizer):
-        children = [[g["params"] for g in obj.param_groups], obj.state]
-    elif dataclasses.is_dataclass(obj):
-        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
-    elif isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple, set)):
-        children = list(obj)
-    elif hasattr(obj, "__dict__"):  # a plain object (SubCGE's estimator)
-        children = [vars(obj)]
-    else:
-        return
-    for child in children:
-        yield from reachable(child, seen)
-
-
-def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
-    """Every tensor reachable from ``obj`` (see :func:`reachable`), once each."""
-    return (x for x in reachable(obj) if isinstance(x, torch.Tensor))
-
-
-def storage_bytes(tensors: Iterator[torch.Tensor], exclude: set[int]) -> tuple[int, set[int]]:
-    """Bytes of the distinct storages of ``tensors`` not in ``exclude`` (storage
-    addresses), and the addresses counted."""
-    counted: set[int] = set()
-    total = 0
-    for t in tensors:
-        if t.device.type == "meta":
-            continue
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in exclude or ptr in counted or ptr == 0:
-            continue
-        counted.add(ptr)
-        total += t.untyped_storage().nbytes()
-    return total, counted
-
-
-def optimiser_slots(opt: torch.optim.Optimizer) -> int:
-    """State values per trainable value the optimiser fills at its first step."""
-    name = type(opt).__name__.lower()
-    if name.startswith("adam"):
-        return 2
-    return 1 if opt.defaults.get("momentum", 0) else 0
-
-
-def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
-    """Build the first and the last client as an actor would, run the first phase of
-    round 0 for them (gradients and optimiser state then exist), measure, free."""
-    from decent.engine.group import ClientGroup
-
-    cids = sorted({0, cfg.n - 1})
-    group = ClientGroup(cfg, cids, torch.device("cpu"), plan)
-    try:
-        first = group.strategy.phases(0)[0]
-        sent, _ = group.run_phase(0, 0, first, {})
-        out = dict.fromkeys(cids, 0)
-        edge = 0
-        for msg in sent:
-            size = storage_bytes(tensors_in(msg.payload), set())[0]
-            out[msg.src] += size
-            edge = max(edge, size)
-        del sent
-        base = {t.untyped_storage().data_ptr() for t in tensors_in(group.base_model)}
-        base.update(t.untyped_storage().data_ptr()
-                    for t in group.strategy.shared_tensors(group.shared).tensors)
-        model, _ = storage_bytes(tensors_in(group.base_model), set())
-        frozen, _ = storage_bytes(iter(group.shareable().values()), set())
-        shared, _ = storage_bytes(tensors_in(group.shared), base)
-        # the task's tensors (a client's shard may be a view of them: counted here once)
-        # and arrays
-        task, task_ptrs = storage_bytes(tensors_in(vars(group.task)), base)
-        task += sum(x.nbytes for x in reachable(vars(group.task))
-                    if isinstance(x, np.ndarray))
-        per_client = 0
-        for cid in cids:
-            client = group.clients[cid]
-            own, _ = storage_bytes(tensors_in([client.model, client.state, client.data]),
-                                   base | task_ptrs)
-            # optimiser slots the first phase did not fill yet (a server's outer step)
-            slots = sum(optimiser_slots(o) * sum(p.numel() * p.element_size()
-                                                 for g in o.param_groups for p in g["params"])
-                        for o in reachable(client.state)
-                        if isinstance(o, torch.optim.Optimizer) and not o.state)
-            # its inbox is counted per actor, from the graph (plan_memory); the payloads it
-            # sends wait in the object store, counted with the node
-            per_client = max(per_client, own + slots)
-        data = task + shared
-    finally:
-        del group
-        gc.collect()
-        release_freed_memory()
-    return Footprint(model / MB, frozen / MB, per_client / MB, data / MB,
-                     max(out.values()) / MB, edge / MB)
-
-
 def probe_beside(cfg: RunConfig, plan: RunPlan, start: Callable[[], bool]
                  ) -> tuple[Footprint, bool]:
     """The probe's footprint, measured in a thread while ``start()`` (Ray's start, which
     must run on the main thread) runs, and what ``start`` returned."""
     box: dict[str, Any] = {}
+    print(probe_line(cfg), flush=True)
 
     def measure() -> None:
         try:
@@ -258,6 +144,7 @@ def probe_apart(cfg: RunConfig, plan: RunPlan) -> Footprint:
     model, one running several configs) probes in its own process: a process apart would
     spare it nothing of the import and cost ~6 s of start-up per run, and the probe hands
     the build's freed heap back itself."""
+    print(probe_line(cfg), flush=True)
     if "transformers" in sys.modules:
         return probe(cfg, plan)
     with tempfile.TemporaryDirectory(prefix="decent-probe-") as folder:
@@ -302,13 +189,6 @@ def probe_box(path: str) -> None:
     except Exception:  # an error that does not pickle: its type and text do
         data = pickle.dumps(RuntimeError(f"{type(got).__name__}: {got}"))
     Path(path).write_bytes(data)
-
-
-def release_freed_memory() -> None:
-    """Hand the heap that freed tensors leave behind back to the system (glibc keeps it
-    otherwise: the driver would carry the probe's model for the whole run)."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def plan_memory(footprint: Footprint, groups: list[list[int]], shared: bool,
@@ -393,3 +273,108 @@ def process_memory_mb() -> dict[str, float]:
         except OSError:
             continue
     return out
+
+
+# A CUDA context with torch's kernels loaded, per process using a GPU: ~500 MB of device
+# memory (torch 2 with CUDA 12's lazy module loading; 300–600 MB by driver and GPU).
+# Not measured on this machine (it has no GPU): a typical figure.
+CUDA_CONTEXT_MB = 500.0
+
+
+def actor_gpu_mb(f: Footprint, clients: int, chunk: int) -> tuple[float, float, float]:
+    """One actor's device memory as (fixed, clients, chunk): its CUDA context, model
+    (frozen base included: one copy per actor process) and task data; its clients'
+    private state; the padding rows of its stacked chunks (a batched process pads its last
+    chunk to ``chunk`` rows of parameters and optimiser slots) and the activations of one
+    chunk (``min(chunk, clients)`` clients' batches at once)."""
+    padded = (math.ceil(clients / chunk) * chunk - clients) if chunk > 1 else 0
+    return (CUDA_CONTEXT_MB + f.model_mb + f.data_mb, clients * f.per_client_mb,
+            padded * f.trainable_mb * (1 + f.slots) + min(chunk, clients) * f.activation_mb)
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Device memory per GPU for the actors each hosts (see :func:`plan_gpu_memory`)."""
+
+    footprint: Footprint
+    groups_on_gpu: tuple[tuple[tuple[int, ...], ...], ...]  # GPU → its actors' clients
+    gpu_mb: float | None  # one GPU's memory; None: unknown (not checked)
+    chunk: int  # the width of one stacked computation (1: sequential)
+    actors_mb: tuple[tuple[float, ...], ...]  # GPU → each actor's device memory
+
+    @property
+    def per_gpu_mb(self) -> tuple[float, ...]:
+        return tuple(sum(a) for a in self.actors_mb)
+
+    @property
+    def fullest(self) -> int:
+        """The GPU that needs the most."""
+        return max(range(len(self.actors_mb)), key=lambda g: self.per_gpu_mb[g])
+
+    @property
+    def fits(self) -> bool:
+        return self.gpu_mb is None or max(self.per_gpu_mb) <= self.gpu_mb
+
+    def describe(self) -> str:
+        f, g = self.footprint, self.fullest
+        held = self.groups_on_gpu[g]
+        k = max(len(c) for c in held)
+        fixed, _, chunk = actor_gpu_mb(f, k, self.chunk)
+        of = "" if self.gpu_mb is None else f" of {self.gpu_mb:.0f} MB"
+        return (f"gpu plan: {len(self.actors_mb)} GPU(s), ≤{len(held)} actor(s) per GPU × "
+                f"≤{k} clients, ~{max(self.actors_mb[g]):.0f} MB per actor (context + "
+                f"model + data {fixed:.0f} + {f.per_client_mb:.2f} MB per client + chunk "
+                f"{chunk:.0f} MB: activations {f.activation_mb:.1f} MB per client, "
+                f"{self.chunk} wide); fullest GPU ~{self.per_gpu_mb[g]:.0f} MB{of}")
+
+
+def plan_gpu_memory(footprint: Footprint, groups_on_gpu: Sequence[Sequence[Sequence[int]]],
+                    gpu_mb: float | None, chunk: int) -> GpuPlan:
+    """``plan_gpu_memory(footprint, groups_on_gpu, gpu_mb, chunk) -> GpuPlan``, pure.
+
+    ``groups_on_gpu[g]`` lists the actors on GPU ``g`` as their clients' ids; ``gpu_mb`` is
+    one GPU's memory (None: unknown); ``chunk`` the width of one stacked computation
+    (``min(execution.chunk, n)`` in batched mode, 1 in sequential mode). Each actor holds
+    its CUDA context, the model and its frozen base once, the task's data, each of its
+    clients' private state (parameters, gradients, optimiser slots, shard), its chunks'
+    padding rows and one chunk's activations (:func:`actor_gpu_mb`)."""
+    groups = tuple(tuple(tuple(c) for c in actors) for actors in groups_on_gpu)
+    actors_mb = tuple(tuple(sum(actor_gpu_mb(footprint, len(c), chunk)) for c in actors)
+                      for actors in groups)
+    return GpuPlan(footprint, groups, gpu_mb, chunk, actors_mb)
+
+
+def check_gpu_fits(plan: GpuPlan) -> None:
+    """Refuse, in one line naming the field to change, a plan whose fullest GPU cannot
+    hold its actors: fewer actors per GPU (``ray.num_gpus_per_actor``) where one actor
+    fits, else a narrower chunk (``execution.chunk``), else fewer clients per actor
+    (``ray.clients_per_actor``), whichever fits first."""
+    if plan.fits or plan.gpu_mb is None:
+        return
+    f, cap, g = plan.footprint, plan.gpu_mb, plan.fullest
+    held = plan.groups_on_gpu[g]
+    k, actors = max(len(c) for c in held), len(held)
+
+    def need(clients: int, chunk: int, count: int) -> float:
+        return count * sum(actor_gpu_mb(f, clients, chunk))
+
+    field, hint = "ray.num_gpus_per_actor", ""
+    alone = need(k, plan.chunk, 1)
+    if actors > 1 and alone <= cap:
+        fit = int(cap // alone)
+        hint = (f"set ray.num_gpus_per_actor={math.floor(100 / fit) / 100:g} "
+                f"({fit} actor(s) per GPU)")
+    else:
+        chunk = next((c for c in range(plan.chunk - 1, 0, -1) if need(k, c, actors) <= cap),
+                     None)
+        clients = next((c for c in range(k - 1, 0, -1)
+                        if need(c, plan.chunk, actors) <= cap), None)
+        if chunk is not None:
+            field, hint = "execution.chunk", f"set execution.chunk={chunk}"
+        elif clients is not None:
+            field, hint = "ray.clients_per_actor", f"set ray.clients_per_actor={clients}"
+        else:
+            hint = ("even one actor with one client does not fit one GPU: use a smaller "
+                    "model, smaller batches (strategy.batch_size) or a GPU with more memory")
+    raise ConfigError(field, f"GPU {g} would need ~{plan.per_gpu_mb[g]:.0f} MB for its "
+                      f"{actors} actor(s) but has {cap:.0f} MB ({plan.describe()}); {hint}")

@@ -1,4 +1,6 @@
-"""The ``ray`` section of a run config: how the Ray backend lays out and runs its actors."""
+"""The ``ray`` section of a run config: how the Ray backend lays out and runs its actors,
+and what a lost actor means to the run (:meth:`RayConfig.loss_policy`). Plain data: the
+run config's schema names it, and nothing here imports Ray."""
 
 from __future__ import annotations
 
@@ -9,6 +11,16 @@ from decent.core.schema import at_least, count_or, one_of, text
 
 # Ray refuses an object store smaller than 75 MiB (OBJECT_STORE_MINIMUM_MEMORY_BYTES).
 OBJECT_STORE_MIN_MB = 75
+
+
+@dataclass(frozen=True)
+class LossPolicy:
+    """What a lost host means to a run: its clients crash and the run goes on without them
+    (``churn``), or the run goes back to its last checkpoint with fresh hosts
+    (``restart``), at most ``max_restarts`` times."""
+
+    on_loss: str
+    max_restarts: int = 0
 
 
 @dataclass
@@ -51,3 +63,6 @@ class RayConfig:
     # the actor processes back at the end for the next run to build its clients in,
     # instead of starting new ones (~2-3 s of CPU each); false: fresh processes every run
     reuse_actors: bool = True
+
+    def loss_policy(self) -> LossPolicy:
+        return LossPolicy(self.on_actor_death, self.max_restarts)

@@ -1,0 +1,258 @@
+"""A chunk's zeroth-order estimates as one computation: every waiting client's ±ε losses
+from one forward per sign (the strategies' :class:`~decent.strategies.zo_estimate.
+EstimateRequest`).
+
+Two ways, by model:
+
+* **A transformers model under SubCGE: one forward of the shared base.** The replicas of
+  a process share every weight W and the basis U, V; each owns A (L×r×r) and its 1-D
+  tensors. The clients' batches go through ONE model (the first request's, its own SubCGE
+  hooks set aside) as one batch, and hooks add each client's ``((x_c V)(A_c+δ_c)ᵀ)Uᵀ`` to
+  its row block (``bmm``), as ``stacked_lora`` does for LoRA. The 1-D tensors must be
+  Llama RMSNorm weights (``weight * h``): the norm runs with a weight of ones and its
+  output rows are multiplied by each client's (perturbed) weight, which is bit-exact.
+  Each client's loss is the mean of its own examples' losses (``Task.example_losses``).
+* **Any other model: ``torch.func.vmap`` over ``functional_call``**, as
+  ``engine/stacked.py`` does for first-order steps, with each client's parameters as it
+  sees them at ±ε: dense MeZO perturbs each client's own tensors in place exactly as
+  sequential mode does; SubCGE passes W + U(A_c+δ_c)Vᵀ and the perturbed 1-D tensors.
+
+δ_c, the 1-D perturbation and each client's batch, seed and ε are its own, drawn as in
+sequential mode (``subcge.pairs``, ``mezo.add_gaussian`` on copies). Nothing a client
+holds is written, except dense MeZO's in-place ±ε, which replays sequential mode's
+element-wise operations and so leaves the same bits (θ restored exactly by DenseMeZO,
+up to MeZO's own residue by its in-place step): flooding's replicas stay bit-identical.
+
+Exactness: the perturbed parameters, the models after the estimate and every message
+applied are bit-for-bit sequential mode's; the losses are not, because a forward over
+several clients' rows (and a vmapped matmul) may block and sum differently. Measured on
+the CPU: losses within 2e-7 relative (tiny Llama, 16 clients; MLP), so α differs by up to
+~|ℓ|·4e-7/2ε. :data:`LOSS_RTOL` is the tolerance the tests hold the losses to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import vmap
+
+from decent.engine.stacked import BoundModule, is_transformers
+from decent.models import params
+from decent.strategies.zo_estimate import EstimateRequest
+from decent.zo import mezo, subcge
+from decent.zo.estimators import DenseMeZO, InPlaceMeZO, SubCGE
+
+LOSS_RTOL = 1e-6  # batched vs sequential losses (relative); measured ≤ 2e-7 on a CPU
+
+# norms computing ``weight * normalised(h)`` (weight last, no bias): applying the weight
+# to the output instead is the same product
+RMS_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm")
+
+
+def model_problem(model: nn.Module, estimator: str) -> str | None:
+    """Why a transformers model's ZO estimates with ``estimator`` cannot be stacked (None:
+    they can); other models are vmapped and checked as for first-order steps."""
+    if estimator != "subcge":
+        return ("dense MeZO perturbations of a transformers model cannot be vmapped (its "
+                "attention-mask code branches on the data): use strategy.estimator subcge")
+    return one_d_problem(model)
+
+
+def one_d_problem(model: nn.Module) -> str | None:
+    for name, _ in subcge.one_d_tensors(model):
+        owner, _, attr = name.rpartition(".")
+        if attr != "weight" or type(model.get_submodule(owner)).__name__ not in RMS_NORMS:
+            return (f"its 1-D tensor {name} is not a Llama RMSNorm weight, which the "
+                    "stacked SubCGE forward cannot apply per client")
+    return None
+
+
+def unstackable(request: EstimateRequest) -> str | None:
+    """Why ``request`` is computed alone (None: it stacks)."""
+    est, model = request.estimator, request.client.model
+    if isinstance(est, SubCGE):
+        if not is_transformers(model):
+            return None
+        if not request.task.splits_losses:
+            return f"task '{request.task.name}' has no per-example losses"
+        return one_d_problem(model)
+    if type(est) not in (DenseMeZO, InPlaceMeZO):
+        return f"the estimator {type(est).__name__}"
+    if is_transformers(model):
+        return "a transformers model cannot be vmapped"
+    live = list(params.trainable_params(model).values())
+    tensors = request.replica.tensors  # type: ignore[union-attr]
+    if len(live) != len(tensors) or any(a is not b for a, b in zip(live, tensors, strict=True)):
+        return "its perturbed tensors are not its model's trainable ones"
+    return None
+
+
+@torch.no_grad()
+def estimates(requests: list[EstimateRequest]) -> dict[int, tuple[float, list[float]]]:
+    """Each request's (α, [ℓ(+ε), ℓ(−ε)]); the requests share their estimator and task."""
+    est = requests[0].estimator
+    if isinstance(est, SubCGE):
+        hooked = is_transformers(requests[0].client.model)
+        plus, minus = (subcge_hooked if hooked else subcge_vmapped)(requests)
+    else:
+        plus, minus = dense_vmapped(requests, restore=type(est) is DenseMeZO)
+    out = {}
+    for req, lp, lm in zip(requests, plus.tolist(), minus.tolist(), strict=True):
+        out[req.client.cid] = ((lp - lm) / (2 * req.eps), [lp, lm])
+    return out
+
+
+def stacked_batch(requests: list[EstimateRequest]) -> tuple[torch.Tensor, ...]:
+    return requests[0].client.data.stack([r.batch for r in requests])  # type: ignore[union-attr]
+
+
+def deltas(requests: list[EstimateRequest], basis: subcge.SubspaceBasis,
+           sign: float) -> torch.Tensor:
+    """Each row's A + δ (rows × L × r × r), δ as ``subcge.two_point`` draws it."""
+    L, r = basis.num_layers, basis.rank
+    layers = torch.arange(L)
+    out = []
+    for req in requests:
+        state = req.replica
+        delta = torch.zeros_like(state.A)  # type: ignore[union-attr]
+        i, j = subcge.pairs(req.seed, L, r)
+        delta[layers, i.to(delta.device), j.to(delta.device)] = sign * req.eps
+        out.append(state.A + delta)  # type: ignore[union-attr]
+    return torch.stack(out)
+
+
+def perturbed_one_d(req: EstimateRequest, sign: float) -> list[torch.Tensor]:
+    """The client's 1-D tensors at ±ε: the same in-place addition, on copies."""
+    copies = [t.detach().clone() for t in req.replica.one_d]  # type: ignore[union-attr]
+    mezo.add_gaussian(copies, req.seed, sign * req.eps)
+    return copies
+
+
+class HooksAside:
+    """The forward hooks of ``modules`` removed for the duration, then put back as
+    they were (a model's own SubCGE hooks read its own replica)."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.modules = modules
+        self.saved: list[dict[int, Any]] = []
+
+    def __enter__(self) -> HooksAside:
+        self.saved = [dict(m._forward_hooks) for m in self.modules]
+        for m in self.modules:
+            m._forward_hooks.clear()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m, saved in zip(self.modules, self.saved, strict=True):
+            m._forward_hooks.clear()
+            m._forward_hooks.update(saved)
+
+
+def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's ±ε losses, one forward of the shared base per sign."""
+    est: SubCGE = requests[0].estimator  # type: ignore[assignment]
+    basis = est.basis
+    assert basis is not None
+    model, task, rows = requests[0].client.model, requests[0].task, len(requests)
+    batch = tuple(t.flatten(0, 1) for t in stacked_batch(requests))
+    targets = [model.get_submodule(n) for n in basis.names]
+    norms = [model.get_submodule(n.rpartition(".")[0]) for n, _ in subcge.one_d_tensors(model)]
+    current: dict[str, Any] = {}
+
+    def low_rank(ell: int) -> Any:
+        U, V = basis.U[ell], basis.V[ell]
+
+        def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
+            x = inputs[0]
+            a = current["a"][:, ell].to(x.dtype)  # rows × r × r
+            xv = (x @ V.to(x.dtype)).reshape(rows, -1, V.shape[1])
+            low = torch.bmm(xv, a.transpose(1, 2)) @ U.T.to(x.dtype)
+            return out + low.reshape(out.shape)
+        return hook
+
+    def scale(k: int) -> Any:
+        def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
+            w = current["w"][k]  # rows × hidden: each client's weight on its own rows
+            return (w[:, None, :] * out.reshape(rows, -1, out.shape[-1])).reshape(out.shape)
+        return hook
+
+    weights = [m._parameters["weight"] for m in norms]
+    losses = []
+    with HooksAside(targets + norms):
+        handles = [m.register_forward_hook(low_rank(ell)) for ell, m in enumerate(targets)]
+        handles += [m.register_forward_hook(scale(k)) for k, m in enumerate(norms)]
+        try:
+            for m, w in zip(norms, weights, strict=True):
+                m._parameters["weight"] = nn.Parameter(torch.ones_like(w), requires_grad=False)
+            for sign in (1.0, -1.0):
+                current["a"] = deltas(requests, basis, sign)
+                one_d = [perturbed_one_d(req, sign) for req in requests]
+                current["w"] = [torch.stack(ts) for ts in zip(*one_d, strict=True)]
+                per_example = task.example_losses(model, batch)
+                losses.append(per_example.reshape(rows, -1).mean(dim=1))
+        finally:
+            for m, w in zip(norms, weights, strict=True):
+                m._parameters["weight"] = w  # the very tensor: the replica's own
+            for h in handles:
+                h.remove()
+    return losses[0], losses[1]
+
+
+def vmapped_losses(model: nn.Module, task: Any, stacks: dict[str, torch.Tensor],
+                   batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def loss_of(p: dict[str, torch.Tensor], b: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return task.loss(BoundModule(model, p), b)
+
+    return vmap(loss_of)(stacks, batch)
+
+
+def subcge_vmapped(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's ±ε losses with W + U(A_c+δ_c)Vᵀ and the perturbed 1-D tensors."""
+    est: SubCGE = requests[0].estimator  # type: ignore[assignment]
+    basis = est.basis
+    assert basis is not None
+    model, task = requests[0].client.model, requests[0].task
+    batch = stacked_batch(requests)
+    targets = [model.get_submodule(n) for n in basis.names]
+    one_d_names = [n for n, _ in subcge.one_d_tensors(model)]
+    losses = []
+    with HooksAside(targets):
+        for sign in (1.0, -1.0):
+            a = deltas(requests, basis, sign)
+            stacks = {f"{name}.weight": torch.stack([
+                m.weight + (basis.U[ell] @ a[c, ell] @ basis.V[ell].T).to(m.weight.dtype)
+                for c in range(len(requests))])
+                for ell, (name, m) in enumerate(zip(basis.names, targets, strict=True))}
+            one_d = [perturbed_one_d(req, sign) for req in requests]
+            stacks.update({n: torch.stack(ts) for n, ts in
+                           zip(one_d_names, zip(*one_d, strict=True), strict=True)})
+            losses.append(vmapped_losses(model, task, stacks, batch))
+    return losses[0], losses[1]
+
+
+def dense_vmapped(requests: list[EstimateRequest],
+                  restore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's ±ε losses under dense MeZO: each client's tensors perturbed in place
+    by +ε, −2ε, +ε (``mezo.two_point``'s sequence), restored from copies if ``restore``
+    (``DenseMeZO.estimate``)."""
+    model, task = requests[0].client.model, requests[0].task
+    names = list(params.trainable_params(model))
+    tensors = [r.replica.tensors for r in requests]  # type: ignore[union-attr]
+    saved = [[t.detach().clone() for t in ts] for ts in tensors] if restore else []
+    batch = stacked_batch(requests)
+    losses = []
+    for scale in (1.0, -2.0):
+        for req, ts in zip(requests, tensors, strict=True):
+            mezo.add_gaussian(ts, req.seed, scale * req.eps)
+        stacks = {n: torch.stack(ts) for n, ts in zip(names, zip(*tensors, strict=True),
+                                                       strict=True)}
+        losses.append(vmapped_losses(model, task, stacks, batch))
+    for req, ts in zip(requests, tensors, strict=True):
+        mezo.add_gaussian(ts, req.seed, req.eps)
+    if restore:
+        for ts, copies in zip(tensors, saved, strict=True):
+            for t, s in zip(ts, copies, strict=True):
+                t.copy_(s)
+    return losses[0], losses[1]
