@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 from torch.func import functional_call, grad_and_value, vmap
+from torch.optim.adamw import adamw
+from torch.optim.sgd import sgd
 
 from decent.engine.stacked_lora import adapted_layers, lora_grads
 from decent.strategies.base import Client
@@ -283,16 +285,29 @@ class ChunkStack:
     @torch.no_grad()
     def _update(self, sig: Signature, keys: tuple[str, ...], grads: dict[str, torch.Tensor],
                 lr: torch.Tensor, still: list[int]) -> None:
-        keep = torch.zeros(self.width, dtype=torch.bool)
-        keep[still] = True
+        """One optimiser step of every moving row, by torch's own implementation (the one
+        ``optimizer.step()`` runs for a client alone): rows that share a learning rate
+        and a step count go through it as one tensor, whose entries it updates
+        elementwise exactly as each row's own; held rows are left as they were."""
+        moving = [r for r in range(self.width) if r not in set(still)]
+        steps = self.state["step"][self.names[0]] if "step" in keys else None
+        groups: dict[tuple[float, float], list[int]] = {}
+        for r in moving:
+            groups.setdefault((float(lr[r]), 0.0 if steps is None else float(steps[r])),
+                              []).append(r)
         step = OPTIMIZER_STEPS[sig.optimizer]
-        for name in self.names:
-            p = self.params[name]
-            state = {key: self.state[key][name] for key in keys}
-            new_p, new_state = step(p, grads[name], state, lr, sig.hyper)
-            commit(p, new_p, keep)
-            for key, value in new_state.items():
-                commit(state[key], value, keep)
+        for (rate, _), rows in groups.items():
+            idx = torch.tensor(rows)
+            for name in self.names:
+                p = self.params[name]
+                at = idx.to(p.device)
+                state = {key: self.state[key][name] for key in keys}
+                sub = {key: (t[idx] if key == "step" else t[at]) for key, t in state.items()}
+                new_p = p[at]
+                step(new_p, grads[name][at], sub, rate, sig.hyper)
+                p[at] = new_p
+                for key, t in state.items():
+                    t[idx if key == "step" else at] = sub[key]
 
 
     # ------------------------------------------------------------------ gossip
@@ -348,37 +363,31 @@ def commit(dst: torch.Tensor, new: torch.Tensor, keep: torch.Tensor) -> None:
     dst.copy_(new)
 
 
-def sgd_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
-             lr: torch.Tensor, hyper: tuple[float, ...]) -> tuple[torch.Tensor,
-                                                                  dict[str, torch.Tensor]]:
-    """torch.optim.SGD (no dampening, no Nesterov): d = g + λθ; b ← μb + d; θ ← θ − η b."""
+def sgd_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor], lr: float,
+             hyper: tuple[float, ...]) -> None:
+    """torch.optim.SGD's step (``torch.optim.sgd.sgd``, its single-tensor path) on ``p``
+    in place: d = g + λθ; b ← μb + d; θ ← θ − η b. A zero buffer gives the first step's
+    ``b = d`` exactly, as torch's missing one does."""
     momentum, weight_decay = hyper[0], hyper[1]
-    d = g if weight_decay == 0 else g + weight_decay * p
-    new: dict[str, torch.Tensor] = {}
-    if momentum != 0:
-        d = new["momentum_buffer"] = state["momentum_buffer"] * momentum + d
-    return p - rows_like(lr.to(p.device, p.dtype), p) * d, new
+    buffers = [state["momentum_buffer"]] if momentum != 0 else [None]
+    sgd([p], [g], buffers, foreach=False, weight_decay=weight_decay,
+                        momentum=momentum, lr=lr, dampening=0.0, nesterov=False,
+                        maximize=False)
 
 
-def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
-               lr: torch.Tensor, hyper: tuple[float, ...]) -> tuple[torch.Tensor,
-                                                                    dict[str, torch.Tensor]]:
-    """torch.optim.AdamW (single-tensor path): decoupled decay θ ← θ(1 − ηλ), moments
-    m ← lerp(m, g, 1 − β1), v ← β2 v + (1 − β2) g², θ ← θ − η/(1 − β1ᵗ) · m /
-    (√v / √(1 − β2ᵗ) + ε)."""
+def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor], lr: float,
+               hyper: tuple[float, ...]) -> None:
+    """torch.optim.AdamW's step (``torch.optim.adamw.adamw``, its single-tensor path) on
+    ``p`` in place, the rows sharing one step count (``state["step"]``: per row, equal)."""
     weight_decay, beta1, beta2, eps = hyper[1], hyper[2], hyper[3], hyper[4]
-    step = state["step"] + 1  # on the CPU, as torch.optim keeps it
-    lr_p = rows_like(lr, p)
-    decayed = p * (1 - lr_p * weight_decay).to(p.device, p.dtype)
-    m = torch.lerp(state["exp_avg"], g, 1 - beta1)
-    v = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
-    t = step.to(torch.float64)
-    step_size = rows_like(lr / (1 - beta1 ** t), p).to(p.device, p.dtype)
-    root = rows_like(torch.sqrt(1 - beta2 ** t), p).to(p.device, p.dtype)
-    new_p = decayed - step_size * (m / (v.sqrt() / root + eps))
-    return new_p, {"step": step, "exp_avg": m, "exp_avg_sq": v}
+    count = state["step"][:1].clone().reshape(())  # torch keeps one float32 scalar
+    adamw([p], [g], [state["exp_avg"]], [state["exp_avg_sq"]], [],
+                            [count], foreach=False, capturable=False, amsgrad=False,
+                            beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
+                            eps=eps, maximize=False)
+    state["step"].fill_(float(count))
 
 
-OptimizerStep = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+OptimizerStep = Callable[..., None]
 OPTIMIZER_STEPS: dict[type, OptimizerStep] = {torch.optim.SGD: sgd_step,
                                               torch.optim.AdamW: adamw_step}
