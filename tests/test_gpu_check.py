@@ -62,9 +62,19 @@ def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, mo
     assert printed[0] == "GPU acceptance on a CPU"
     assert printed[3].split()[:2] == ["SubCGE", "on"] and " pass " in printed[3]
     assert " FAIL " in printed[5]
-    # the throughput slice's table, on the CPU with its smallest workload
-    slice_ = gpu_check.throughput_table("a CPU", "cpu", rounds=1).splitlines()
-    assert slice_[0].startswith("throughput on a CPU") and len(slice_) == 3
-    assert slice_[2].startswith("MLP quick start, 256 clients") and "×" in slice_[2]
     # a replica that differs is seen
     assert not gpu_check.identical_replicas({0: np.zeros(3), 1: np.array([0, 0, 1e-7])})
+
+
+def test_the_throughput_table_prints_both_modes_and_their_ratio():
+    """The doctor's throughput slice: one line per workload and dtype, the ratio of the
+    two modes' medians (the measurement itself is paired and run by the benchmark)."""
+    from decent.tools.throughput import Figures, Row
+    from decent.tools.throughput import table as throughput_table
+
+    row = Row("MLP quick start, 1024 clients", "float32",
+              Figures(2.0, 500.0, None, None, None), Figures(0.25, 4000.0, 812.0, 0.71, 0.12))
+    lines = throughput_table([row], "an H100").splitlines()
+    assert lines[0].startswith("throughput on an H100") and len(lines) == 3
+    cells = lines[2].split()
+    assert "8.00×" in cells and "812" in cells and "71" in cells and "12" in cells
