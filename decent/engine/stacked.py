@@ -289,7 +289,8 @@ class ChunkStack:
         ``optimizer.step()`` runs for a client alone): rows that share a learning rate
         and a step count go through it as one tensor, whose entries it updates
         elementwise exactly as each row's own; held rows are left as they were."""
-        moving = [r for r in range(self.width) if r not in set(still)]
+        held = set(still)  # padding rows (past the chunk's clients) never move either
+        moving = [r for r in range(len(self.clients)) if r not in held]
         steps = self.state["step"][self.names[0]] if "step" in keys else None
         groups: dict[tuple[float, float], list[int]] = {}
         for r in moving:
@@ -297,11 +298,15 @@ class ChunkStack:
                               []).append(r)
         step = OPTIMIZER_STEPS[sig.optimizer]
         for (rate, _), rows in groups.items():
+            whole = len(rows) == self.width  # every row: stepped in place, no gather
             idx = torch.tensor(rows)
             for name in self.names:
                 p = self.params[name]
-                at = idx.to(p.device)
                 state = {key: self.state[key][name] for key in keys}
+                if whole:
+                    step(p, grads[name], state, rate, sig.hyper)
+                    continue
+                at = idx.to(p.device)
                 sub = {key: (t[idx] if key == "step" else t[at]) for key, t in state.items()}
                 new_p = p[at]
                 step(new_p, grads[name][at], sub, rate, sig.hyper)

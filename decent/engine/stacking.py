@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from decent.engine.batched import batching_problem, slower_batched
+from decent.core.errors import ConfigError
+from decent.engine.batched import Batcher, batching_problem, slower_batched
 
 # the share of a GPU's free memory a chunk may take (the rest: the allocator's cache,
 # fragmentation, the evaluation's own batches)
@@ -146,9 +147,6 @@ def make_batcher(cfg: Any, strategy: Any, model: torch.nn.Module,
                  clients: dict[int, Any], task: Any = None) -> Any:
     """The process's batcher, or None for sequential execution (``sequential``, or
     ``auto`` where the run cannot stack; ``batched`` then refuses in one line)."""
-    from decent.core.errors import ConfigError
-    from decent.engine.batched import Batcher
-
     holders = set(strategy.data_holders())
     trainers = [clients[c] for c in sorted(clients) if c in holders]
     row_mb = None

@@ -140,15 +140,18 @@ def _check_fields(cls: type, fields: dict[str, Any], source: str, at: str) -> No
                       f"{cls.__qualname__} does not declare")
 
 
+# each stored kind and the keys it holds beside the tag
+KINDS = {"dict": {"items"}, "set": {"items"}, "frozenset": {"items"},
+         "deque": {"items", "maxlen"}, "ndarray": {"dtype", "shape", "bytes"},
+         "npscalar": {"dtype", "value"}, "bytes": {"data"}, "class": {"name"},
+         "dataclass": {"class", "fields"}}
+
+
 def _decode_tagged(value: dict[str, Any], source: str, at: str) -> Any:
     kind = value[TAG]
-    known = {"dict": {"items"}, "set": {"items"}, "frozenset": {"items"},
-             "deque": {"items", "maxlen"}, "ndarray": {"dtype", "shape", "bytes"},
-             "npscalar": {"dtype", "value"}, "bytes": {"data"}, "class": {"name"},
-             "dataclass": {"class", "fields"}}
-    if kind not in known:
+    if kind not in KINDS:
         raise refused(source, at, f"an unknown stored kind {kind!r}")
-    extra = sorted(set(value) - known[kind] - {TAG})
+    extra = sorted(set(value) - KINDS[kind] - {TAG})
     if extra:
         raise refused(source, f"{at}.{extra[0]}", f"the key {extra[0]!r} in a stored {kind}")
     if kind == "dict":
