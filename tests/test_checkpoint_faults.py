@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -342,3 +343,32 @@ def test_verify_names_each_problem_in_a_line(finished, capsys):
     out = capsys.readouterr().out
     assert "metrics.jsonl: 5 rows; the run has 6 rounds" in out
     assert "verify: " in out and "Traceback" not in out
+
+
+def test_a_run_directorys_imports_run_only_when_trusted(tmp_path, finished, capsys,
+                                                        monkeypatch):
+    """A run directory whose config.yaml names code (a .py file it holds, or any module
+    whose import does something), every hash recomputed: `verify` and `resume` import
+    nothing and say so in one line; with --trust-imports the user has read it, and it
+    runs."""
+    from decent.engine import imports
+
+    monkeypatch.setattr(imports, "_FILES", {})  # what the trusted import loads, forgotten
+    _, result, _ = finished("dsgd")
+    stopped = stopped_as(result.run_dir, "planted-import")
+    marker = tmp_path / "ran.txt"
+    code = stopped / "plugin_planted.py"
+    code.write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n")
+    config = stopped / "config.yaml"
+    config.write_text(config.read_text().replace("imports: []", f"imports:\n- {code}"))
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    for folder in (NEWEST, OLDER):
+        edit_json(stopped / folder / "manifest.json", config_sha256=digest)
+    assert main(["verify", str(stopped)]) == 1
+    out = capsys.readouterr().out
+    assert f"imports: {config} imports {code}: code that would run here" in out
+    err = one_line(capsys, "resume", str(stopped))
+    assert "--trust-imports" in err and not marker.exists()
+    assert main(["verify", str(stopped), "--trust-imports"]) == 0
+    assert marker.read_text() == "ran"
+    sys.modules.pop("plugin_planted", None)

@@ -84,6 +84,20 @@ def _import_file(name: str) -> ModuleType:
     return module
 
 
+def not_yet_imported(names: Iterable[str]) -> list[str]:
+    """The entries of ``names`` this process has not imported yet (a module not in
+    ``sys.modules``, a file not loaded from that path): what importing them would run."""
+    out = []
+    for name in map(str, names):
+        if name.endswith(".py"):
+            path = Path(name).expanduser().resolve()
+            if _FILES.get(path.stem) != path:
+                out.append(name)
+        elif name not in sys.modules:
+            out.append(name)
+    return out
+
+
 def _reason(exc: BaseException) -> str:
     first = (str(exc).splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -100,13 +100,13 @@ def run(cfg: RunConfig, engine: Engine | None = None) -> RunResult:
 
 
 def resume(run_dir: str | Path, engine: Engine | None = None,
-           from_previous: bool = False) -> RunResult:
+           from_previous: bool = False, trust_imports: bool = False) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint (with ``from_previous``:
     the newest one that verifies): its metrics and final state are those of the run had
     it never stopped. Everything is verified before anything on disk changes."""
     rd = RunDir.existing(Path(run_dir))
     chosen, info = checkpoint.select(rd.path, from_previous)
-    cfg = load_saved_config(rd.path / "config.yaml")
+    cfg = load_saved_config(rd.path / "config.yaml", trust_imports)
     plan = check(cfg)
     rounds = Rounds(cfg, plan, engine)
     try:

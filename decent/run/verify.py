@@ -23,7 +23,7 @@ class Findings:
     facts: list[str] = field(default_factory=list)
 
 
-def verify(run_dir: str | Path) -> Findings:
+def verify(run_dir: str | Path, trust_imports: bool = False) -> Findings:
     """Everything ``decent verify`` checks; one line (``ConfigError``) if ``run_dir`` is
     not a run directory at all."""
     from decent.engine.config import load_saved_config
@@ -35,7 +35,7 @@ def verify(run_dir: str | Path) -> Findings:
         raise ConfigError("run_dir", f"{path} is not a run directory (no config.yaml)")
     found = Findings()
     try:
-        cfg = load_saved_config(path / "config.yaml")
+        cfg = load_saved_config(path / "config.yaml", trust_imports)
     except ConfigError as exc:
         found.problems.append(f"{path / 'config.yaml'}: {exc}")
         cfg = None

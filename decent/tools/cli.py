@@ -29,17 +29,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+# a run directory's config may name code (imports:): it runs only when the user says so
+TRUST_HELP = ("import the modules and .py files the run's config.yaml names (code: read "
+              "them first in a run directory you did not write)")
+
+
 def _resume(args: argparse.Namespace) -> int:
     from decent.run.runner import resume
 
-    report(resume(args.run_dir, from_previous=args.from_previous))
+    report(resume(args.run_dir, from_previous=args.from_previous,
+                  trust_imports=args.trust_imports))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
     from decent.run.verify import verify
 
-    found = verify(args.run_dir)
+    found = verify(args.run_dir, trust_imports=args.trust_imports)
     for problem in found.problems:
         print(f"verify: {problem}")
     if found.problems:
@@ -262,10 +268,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--from-previous", action="store_true",
                    help="resume from the newest checkpoint that verifies (when the newest "
                    "one is damaged)")
+    c.add_argument("--trust-imports", action="store_true", help=TRUST_HELP)
     c.set_defaults(func=_resume)
     v = command("verify", help="check a run directory: checkpoints against their "
                        "manifests, metric rows, summary; one line per problem (exit 1)")
     v.add_argument("run_dir", help="a finished or interrupted run's directory")
+    v.add_argument("--trust-imports", action="store_true", help=TRUST_HELP)
     v.set_defaults(func=_verify)
     d = command("doctor", help="what this machine has; --gpu: check every GPU path")
     d.add_argument("--gpu", action="store_true",
