@@ -181,7 +181,8 @@ def test_a_run_directory_saved_with_flat_sections_still_loads(tmp_path):
     `decent verify` and `decent resume` read them, dropping what the part never declared,
     while the same section written by hand is refused."""
     from decent.core.errors import ConfigError
-    from decent.engine.config import load_config, load_saved_config
+    from decent.engine.config import load_config
+    from decent.engine.saved import load_saved_config
 
     raw = tiny(tmp_path, topology={"name": "ring", "n": 4, "degree": 3, "p": 0.5,
                                    "seed": 0, "weights": "metropolis"},

@@ -226,29 +226,6 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     return cfg
 
 
-def load_saved_config(path: str | Path, trust_imports: bool = False) -> RunConfig:
-    """A run directory's ``config.yaml``, as written by this or an earlier version (fields
-    an earlier version saved beside a part that does not declare them are dropped).
-
-    Its ``imports`` are code: a run directory someone else wrote could name a file it
-    holds, or any installed module whose import does something. They are imported only
-    with ``trust_imports``, or when this process has imported them already (the run that
-    wrote the directory, going on); otherwise one line naming them."""
-    from decent.engine.imports import not_yet_imported
-    from decent.engine.overrides import prune_saved
-
-    data = read_yaml(Path(path))
-    imports = data.get("imports") or []
-    pending = not_yet_imported(imports) if isinstance(imports, list) else []
-    if pending and not trust_imports:
-        raise ConfigError("imports", f"{path} imports {', '.join(pending)}: code that would "
-                          "run here; read it, then pass --trust-imports (a run directory "
-                          "you did not write runs no code without it)")
-    import_plugins(imports)
-    prune_saved(data)
-    return from_dict(data)
-
-
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in YAML file ``path``; every way it can be unreadable is one line."""
     if path.is_dir():

@@ -16,11 +16,12 @@ from tqdm import tqdm
 
 from decent.core.errors import ActorLost, ConfigError
 from decent.core.stats import reduce_stats
-from decent.engine.config import RunConfig, load_saved_config, to_yaml
+from decent.engine.config import RunConfig, to_yaml
 from decent.engine.evaluation import evaluated_metrics
 from decent.engine.executor import executor_spec
 from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
+from decent.engine.saved import load_saved_config
 from decent.run import checkpoint
 from decent.run.rundir import RunDir, Segments, check_out_dir
 from decent.run.summary import summarize

@@ -26,7 +26,7 @@ class Findings:
 def verify(run_dir: str | Path, trust_imports: bool = False) -> Findings:
     """Everything ``decent verify`` checks; one line (``ConfigError``) if ``run_dir`` is
     not a run directory at all."""
-    from decent.engine.config import load_saved_config
+    from decent.engine.saved import load_saved_config
 
     path = Path(run_dir).expanduser()
     if not path.is_dir():
