@@ -190,7 +190,29 @@ def test_each_actor_takes_one_model_from_each_neighbouring_actor_per_gossip(
     base = tiny(tmp_path, rounds=3, topology={"name": "ring", "n": 6}, model=BIG)
     cfg = over_rdt(base)
     watched = Watches(engine_for(cfg))
-    run(cfg, watched)
+    # each transfer must be queued by the driver as its receiving call is submitted (the
+    # hand-over finished, where its tensors are known), never later from Ray's callback in
+    # the order hand-overs finish: two actors could then queue their send and receive in
+    # opposite orders and wait on each other for ever
+    import ray
+
+    manager = ray._private.worker.global_worker.rdt_manager
+    known_at_submit: list[bool] = []
+    submit = manager.queue_or_trigger_out_of_band_tensor_transfer
+
+    def recording(dst_actor, args):
+        known_at_submit.extend(manager.get_rdt_metadata(a.hex()).tensor_transport_meta
+                               is not None for a in args
+                               if isinstance(a, ray.ObjectRef)
+                               and manager.is_managed_object(a.hex()))
+        return submit(dst_actor, args)
+
+    manager.queue_or_trigger_out_of_band_tensor_transfer = recording
+    try:
+        run(cfg, watched)
+    finally:
+        del manager.queue_or_trigger_out_of_band_tensor_transfer
+    assert len(known_at_submit) == 3 * 3 * 2 and all(known_at_submit)
     expected = [(k, {(k - 1) % 3: 1, (k + 1) % 3: 1}) for _ in range(3) for k in range(3)]
     assert [call for call in watched.calls if call[1]] == expected
     assert len(watched.calls) == 3 * 2 * 3  # every actor, both phases, every round

@@ -12,6 +12,14 @@ sees only message headers and :class:`.transport.Held` keys.
 Ray's constraints shape this (Ray 2.60, RDT alpha): both actors need
 ``enable_tensor_transport``, they must share a collective group, and an RDT reference
 must be a top-level argument of a call made by the process that created the group.
+Each transfer is a send on the sender's and a receive on the receiver's one transfer
+thread, queued when the receiving call is submitted — or, when the hand-over has not
+finished yet, whenever it does: in the order hand-overs happen to finish. Two actors can
+then queue each other's send and receive in opposite orders, and Gloo's and NCCL's
+point-to-point calls wait for their peer: both wait for ever. So the driver waits for every
+hand-over of a phase before submitting any receiving call (:meth:`DirectPayloads.settled`):
+every transfer is then queued by the driver's one thread in one order, which every actor's
+queue follows, and the earliest transfer not done always has both its ends ready.
 
 The driver also decides when a kept payload may go: after each phase, any key no message
 in flight refers to any more (delivered, dropped by a fault, cut by a partition) is
@@ -37,6 +45,8 @@ from decent.core.tree import tree_leaves, tree_map
 
 # RDT's tensor transports and the collective backend each needs
 COLLECTIVE_BACKEND = {"gloo": "torch_gloo", "nccl": "nccl"}
+# how long a finished hand-over's transfer metadata may trail its completion
+METADATA_WAIT_S = 5.0
 
 
 class DirectPayloads:
@@ -62,6 +72,22 @@ class DirectPayloads:
         need.pop(receiver, None)  # its own: handed over in the process
         return [actors[sender].hand_over.options(tensor_transport=self.transport)
                 .remote(sorted(keys)) for sender, keys in sorted(need.items())]
+
+    def settled(self, refs: Iterable[ray.ObjectRef]) -> None:
+        """Return once every hand-over in ``refs`` has finished (or failed: its receiver
+        fails with it) and the driver knows where its tensors are, so that submitting
+        the receiving calls queues their transfers at once, in the driver's order."""
+        refs = list(refs)
+        if not refs:
+            return
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
+        manager = ray._private.worker.global_worker.rdt_manager
+        for ref in refs:
+            # set by a callback that may trail the task's completion by a moment; a
+            # hand-over that failed never gets one (nothing to wait for then)
+            with contextlib.suppress(KeyError):  # one freed after failing: not managed
+                manager.wait_for_tensor_transport_metadata(ref.hex(),
+                                                           timeout=METADATA_WAIT_S)
 
     def posted(self, actor: int, messages: Iterable[Message]) -> None:
         """Record the keys ``actor`` kept for the messages it just sent."""

@@ -240,6 +240,7 @@ class RayActors:
         else:
             handed = {i: self.direct.hand_overs(self.actors, i, inbox)
                       for i, inbox in inboxes.items()}
+            self.direct.settled(ref for refs in handed.values() for ref in refs)
 
             def call(i: int, inbox: Inboxes) -> Any:
                 return self.actors[i].run_phase_direct.remote(
