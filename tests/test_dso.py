@@ -12,6 +12,7 @@ import torch
 from decent.backends.local import local_engine
 from decent.compression.error_feedback import ErrorFeedback
 from decent.compression.topk import TopKInt8
+from decent.compression.tree import decompress_tree
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.engine.plan import build_plan
@@ -51,8 +52,9 @@ def np_rule(rule, rows, beta=0.1):
 
 
 def dense(payload, like):
-    return {n: TopKInt8(0.1).decompress(payload[n], p).double().numpy()
-            for n, p in like.items()}
+    """A payload of DSO's default Top-K over the whole gradient, decoded."""
+    comp = TopKInt8(0.1, scope="global")
+    return {n: t.double().numpy() for n, t in decompress_tree(comp, payload, like).items()}
 
 
 @pytest.mark.parametrize(("rule", "top"), [("trimmed_mean", "mean"),
@@ -77,17 +79,18 @@ def test_both_tiers_aggregate_exactly_what_the_router_carried(tmp_path, rule, to
         rows = [dense(m.payload["update"], live) for m in reveals if tier[m.src] == a]
         assert len(rows) == 11
         got = dense(G[a], live)
-        for name in live:
-            local = np_rule(rule, [r[name].reshape(-1) for r in rows])
-            # G[a] is that aggregate through Top-k + INT8: the kept entries agree to half
-            # an INT8 step, and they are the largest-magnitude ones
-            flat = got[name].reshape(-1)
-            kept = np.flatnonzero(flat)
-            step = np.abs(local).max() / 127  # INT8's scale: the largest kept magnitude
-            assert len(kept) <= int(np.ceil(0.1 * flat.size))
-            np.testing.assert_allclose(flat[kept], local[kept], atol=step / 2 + 1e-6)
-            largest = int(np.argmax(np.abs(local)))  # always kept
-            assert abs(flat[largest] - local[largest]) <= step / 2 + 1e-6
+        # over the whole gradient, its tensors in name order (the report's g ∈ R^d)
+        local = np.concatenate([np_rule(rule, [r[name].reshape(-1) for r in rows])
+                                for name in sorted(live)])
+        # G[a] is that aggregate through Top-k + INT8: the kept entries agree to half an
+        # INT8 step, and they are the largest-magnitude ones
+        flat = np.concatenate([got[name].reshape(-1) for name in sorted(live)])
+        kept = np.flatnonzero(flat)
+        step = np.abs(local).max() / 127  # INT8's one scale: the largest kept magnitude
+        assert len(kept) <= int(np.ceil(0.1 * flat.size))
+        np.testing.assert_allclose(flat[kept], local[kept], atol=step / 2 + 1e-6)
+        largest = int(np.argmax(np.abs(local)))  # always kept
+        assert abs(flat[largest] - local[largest]) <= step / 2 + 1e-6
     # level 2: every client steps with the top rule over G's members
     members = [dense(G[a], live) for a in sorted(G)]
     for cid in (0, 1, 7, 35):
@@ -143,8 +146,8 @@ def test_error_feedback_keeps_the_workers_whole_signal(tmp_path):
         out = original(self, tensors, weights)
         if self is worker.state.feedback:
             fed.append({n: t.double().clone() for n, t in tensors.items()})
-            got.append({n: self.compressor.decompress(out[n], t).double()
-                        for n, t in tensors.items()})
+            got.append({n: t.double() for n, t in
+                        decompress_tree(self.compressor, out, tensors).items()})
         return out
 
     ErrorFeedback.compress = spy
@@ -227,17 +230,21 @@ def test_dso_on_ray_equals_local(tmp_path, ray_session):
     assert_ray_equals_local(base, clients_per_actor=5)
 
 
-@pytest.mark.parametrize("compression", ["identity", "topk", "topk_int8"])
-def test_a_workers_upload_is_the_closed_form(tmp_path, compression):
+@pytest.mark.parametrize(("compression", "scope"), [
+    ("identity", None), ("topk", "per_tensor"), ("topk_int8", "per_tensor"),
+    ("topk", "global"), ("topk_int8", "global")])
+def test_a_workers_upload_is_the_closed_form(tmp_path, compression, scope):
     import math
 
-    keep = {} if compression == "identity" else {"keep": 0.05}  # identity keeps all
+    # identity keeps all; a Top-K keeps 5 % of each tensor, or of the whole gradient
+    keep = {} if compression == "identity" else {"keep": 0.05, "scope": scope}
     spy = Spy(dso(tmp_path, rounds=1, compression={"name": compression, **keep}))
     spy.backend.run_round(0)
     sizes = [p.numel() for p in params.trainable_params(
         spy.backend.group.clients[0].model).values()]
     spy.backend.close()
-    ks = [max(1, math.ceil(0.05 * s)) for s in sizes]
+    ks = [max(1, math.ceil(0.05 * s)) for s in (sizes if scope == "per_tensor"
+                                                else [sum(sizes)])]
     payload = {"identity": 4 * sum(sizes), "topk": sum(8 * k for k in ks),
                "topk_int8": sum(5 * k + 4 for k in ks)}[compression]
     for worker in range(4, 14):  # 32 B commitment, then 16 B nonce + the payload

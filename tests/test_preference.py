@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from decent.backends.local import local_engine
+from decent.compression.tree import WHOLE, decompress_tree
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.models.registry import MODELS
@@ -147,7 +148,16 @@ def test_reward_model_gradients_go_through_dso(tmp_path):
     model = backend.group.clients[1].model
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert "score.weight" in trainable
-    assert all(sorted(m.payload["update"]) == sorted(trainable) for m in reveals)
+    # one Top-K over the whole gradient: its indices range over every trainable value,
+    # the reward head's included, and decode to each trainable tensor
+    live = dict(model.named_parameters())
+    d = sum(live[n].numel() for n in trainable)
+    comp = backend.group.strategy.compressor
+    for m in reveals:
+        assert set(m.payload["update"]) == {WHOLE}
+        assert 0 <= int(m.payload["update"][WHOLE]["idx"].max()) < d
+        assert list(decompress_tree(comp, m.payload["update"],
+                                    {n: live[n] for n in trainable})) == trainable
     backend.close()
 
 
@@ -166,5 +176,9 @@ def test_a_lora_reward_model_trains_its_adapters_and_its_head(tmp_path):
     assert trainable[-1].endswith("score.modules_to_save.default.weight")
     assert all("lora_" in n for n in trainable[:-1]) and len(trainable) == 9
     reveal = next(m for m in sent if m.tag == "reveal")
-    assert len(reveal.payload["update"]) == 9  # adapters and head, nothing frozen
+    # one Top-K over adapters and head, nothing frozen: indices into their d values
+    live = dict(model.named_parameters())
+    d = sum(live[n].numel() for n in trainable)
+    assert int(reveal.payload["update"][WHOLE]["idx"].max()) < d
+    assert d < sum(p.numel() for p in model.parameters()) / 10
     backend.close()

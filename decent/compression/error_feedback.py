@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from decent.compression.base import Compressor, Payload
+from decent.compression.tree import compress_tree, decompress_tree
 from decent.core.storable import storable
 
 
@@ -24,16 +25,15 @@ class ErrorFeedback:
     @torch.no_grad()
     def compress(self, tensors: dict[str, torch.Tensor],
                  weights: dict[str, torch.Tensor] | None = None) -> dict[str, Payload]:
-        """The payloads of ``tensors``; with ``weights`` (a Top-K compressor), entries are
+        """The payloads of ``tensors`` (at the compressor's scope,
+        :mod:`decent.compression.tree`); with ``weights`` (a Top-K compressor), entries are
         kept by |x + e| ⊙ weight rather than by |x + e| (a tensor without one: by |x + e|)."""
-        out = {}
-        for name, x in tensors.items():
-            corrected = x + self.memory[name] if name in self.memory else x.clone()
-            if weights is not None and name in weights:
-                payload = self.compressor.compress(  # type: ignore[call-arg]
-                    corrected, corrected.abs() * weights[name])
-            else:
-                payload = self.compressor.compress(corrected)
-            self.memory[name] = corrected - self.compressor.decompress(payload, corrected)
-            out[name] = payload
+        corrected = {name: x + self.memory[name] if name in self.memory else x.clone()
+                     for name, x in tensors.items()}
+        importance = None if weights is None else \
+            {name: corrected[name].abs() * weights[name] for name in corrected if name in weights}
+        out = compress_tree(self.compressor, corrected, importance)
+        sent = decompress_tree(self.compressor, out, corrected)
+        for name, x in corrected.items():
+            self.memory[name] = x - sent[name]
         return out

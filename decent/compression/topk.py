@@ -1,9 +1,12 @@
 """Top-K sparsification (Stich et al., 2018; CHOCO-SGD's compressor).
 
-Each tensor keeps its ``k = max(1, ceil(keep · numel))`` entries of largest magnitude —
-per tensor rather than over the whole model, so every layer keeps sending something and
-no global sort over d entries is needed. On the wire: ``k`` int32 indices (into the
-flattened tensor) and ``k`` values, ``k · (4 + value bytes)`` bytes.
+A tensor keeps its ``k = max(1, ceil(keep · numel))`` entries of largest magnitude. On the
+wire: ``k`` int32 indices (into the flattened tensor) and ``k`` values,
+``k · (4 + value bytes)`` bytes. ``scope`` says what a tensor is when a strategy sends a
+model's worth: ``per_tensor``, each parameter tensor on its own (every layer keeps sending
+something); ``global``, the whole update as one vector g ∈ R^d (DSO's Algorithm 1: TopK
+over g, so the layers that matter most may keep more than their share) — see
+:mod:`decent.compression.tree`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from decent.compression.quantize import Int8
 from decent.core.schema import in_range, one_of
 from decent.core.storable import storable
 
+PER_TENSOR, GLOBAL = "per_tensor", "global"
+SCOPES = (PER_TENSOR, GLOBAL)
+
 
 @dataclass
 class SparseConfig(CompressionConfig):
@@ -26,6 +32,9 @@ class SparseConfig(CompressionConfig):
 
     # the fraction of each tensor's entries kept
     keep: float = in_range(0.01, 0, 1, lo_open=True)
+    # what Top-K ranks over when a whole update is sent: each parameter tensor on its own
+    # (per_tensor), or all of them as one vector (global; DSO and FedAvg's uploads)
+    scope: str = one_of(SCOPES, "per_tensor")
 
 
 @dataclass
@@ -47,11 +56,15 @@ def kept(numel: int, keep: float) -> int:
     return max(1, math.ceil(keep * numel))
 
 
-@storable(fields=('keep', 'value_dtype'))
+@storable(fields=('keep', 'value_dtype', 'scope'))
 class TopK:
-    def __init__(self, keep: float, value_dtype: torch.dtype = torch.float32) -> None:
+    scope: str = PER_TENSOR  # also what a compressor stored before there was a choice
+
+    def __init__(self, keep: float, value_dtype: torch.dtype = torch.float32,
+                 scope: str = PER_TENSOR) -> None:
         self.keep = keep
         self.value_dtype = value_dtype
+        self.scope = scope
 
     def compress(self, x: torch.Tensor, importance: torch.Tensor | None = None) -> Payload:
         """Keep the k entries of largest ``importance`` (default: |x|; any tensor that
@@ -70,13 +83,13 @@ class TopK:
         return out.reshape(like.shape)
 
 
-@storable(fields=('keep', 'value_dtype'))
+@storable(fields=('keep', 'value_dtype', 'scope'))
 class TopKInt8(TopK):
     """Top-K whose kept values travel as INT8 with one float32 scale (DSO's Top-1 % +
     INT8): ``k · (4 + 1) + 4`` bytes."""
 
-    def __init__(self, keep: float) -> None:
-        super().__init__(keep, torch.float32)
+    def __init__(self, keep: float, scope: str = PER_TENSOR) -> None:
+        super().__init__(keep, torch.float32, scope)
 
     def compress(self, x: torch.Tensor, importance: torch.Tensor | None = None) -> Payload:
         sparse = super().compress(x, importance)
@@ -88,8 +101,8 @@ class TopKInt8(TopK):
 
 
 def build_topk(cfg: TopKConfig) -> TopK:
-    return TopK(cfg.keep, VALUE_DTYPES[cfg.value_dtype])
+    return TopK(cfg.keep, VALUE_DTYPES[cfg.value_dtype], cfg.scope)
 
 
 def build_topk_int8(cfg: TopKInt8Config) -> TopKInt8:
-    return TopKInt8(cfg.keep)
+    return TopKInt8(cfg.keep, cfg.scope)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import torch
 
 from decent.compression import COMPRESSORS, TopKConfig, build_compressor
+from decent.compression.topk import PER_TENSOR
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
@@ -47,6 +48,10 @@ class ChocoConfig(LocalTrainingConfig):
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
+        if getattr(self.compression, "scope", PER_TENSOR) != PER_TENSOR:
+            raise ConfigError(f"{prefix}.compression.scope", "CHOCO-SGD compresses each "
+                              "tensor's difference to its public copy on its own: use "
+                              "per_tensor")
         if self.compression.error_feedback:
             raise ConfigError(
                 f"{prefix}.compression.error_feedback",

@@ -7,9 +7,11 @@ the aggregator nearest by latency. A round is one optimisation step:
              DP (honest workers): clip g to norm C, add N(0, σ²I),
              σ = C·sqrt(2 ln(1.25/δ)) / (ε·N);
              semantic compression with error feedback: g' = g + e, keep the top `keep` of
-             |g'| ⊙ s per tensor (s: activation sensitivity on the probe set — the task's
-             public held-out split, the same batches for every worker — recomputed every
-             `sensitivity_every` steps), INT8 on the kept values, e ← g' − D(payload);
+             |g'| ⊙ s over the whole gradient g ∈ R^d (``compression.scope: global``;
+             per_tensor: of each tensor; s: activation sensitivity on the probe set — the
+             task's public held-out split, the same batches for every worker — recomputed
+             every `sensitivity_every` steps), INT8 on the kept values (one scale),
+             e ← g' − D(payload);
              commitment c = SHA3-256(payload ‖ nonce) → its aggregator          (32 B)
   reveal     worker: payload and nonce → its aggregator
   aggregate  aggregator: drop every payload whose commitment does not verify; robust
@@ -56,6 +58,7 @@ import torch
 
 from decent.compression import COMPRESSORS, ErrorFeedback, build_compressor
 from decent.compression.topk import SparseConfig, TopKInt8Config
+from decent.compression.tree import decompress_tree
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
@@ -115,8 +118,9 @@ class DSOConfig(StrategyConfig):
     verify_commitments: bool = True  # aggregators drop payloads whose SHA3 commitment fails
     # what travels, the section every method uses: Top-k + INT8 (DSO's), topk, int8 or
     # dense (`identity`; `semantic` unused but by Top-k); always with error feedback
+    # (Top-K over the whole gradient, g ∈ R^d, as the report's Algorithm 1: scope global)
     compression: Any = field(default_factory=lambda: TopKInt8Config(
-        keep=0.01, error_feedback=True), metadata=component(COMPRESSORS))
+        keep=0.01, error_feedback=True, scope="global"), metadata=component(COMPRESSORS))
     semantic: bool = True  # rank by |g'| ⊙ s (false: by |g'|)
     # where s comes from: `public`, the task's held-out split, the same probe batches for
     # every worker (the report's fixed public probe set); `private`, the worker's own shard,
@@ -396,5 +400,4 @@ class DSO(Strategy[DSOState]):
 
     def decompress(self, payload: dict[str, Any],
                    live: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {name: self.compressor.decompress(payload[name], p)
-                for name, p in live.items()}
+        return decompress_tree(self.compressor, payload, live)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from decent.compression import COMPRESSORS, CompressionConfig, ErrorFeedback, build_compressor
+from decent.compression.tree import compress_tree, decompress_tree
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
 from decent.core.messages import Message
@@ -136,7 +137,7 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         if state.feedback is not None:
             wire = state.feedback.compress(delta)
         elif self.encoded:
-            wire = {name: self.compressor.compress(t) for name, t in delta.items()}
+            wire = compress_tree(self.compressor, delta)
         else:
             wire = delta
         return [Message(client.cid, SERVER, "delta", wire)]
@@ -149,13 +150,10 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         arrived = list(inbox.newest("delta").values())
         live = params.trainable_params(client.model)
         if arrived:
+            uploads = [decompress_tree(self.compressor, msg.payload, live) if self.encoded
+                       else msg.payload for msg in arrived]
             for name, p in live.items():
-                deltas = [
-                    self.compressor.decompress(msg.payload[name], p) if self.encoded
-                    else msg.payload[name]
-                    for msg in arrived
-                ]
-                p.grad = sum(deltas) / len(deltas)
+                p.grad = sum(u[name] for u in uploads) / len(uploads)
             client.state.outer.step()
         return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))
 
