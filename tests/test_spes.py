@@ -1,7 +1,7 @@
 """SPES: the expert partition, frozen experts (untouched by training, no optimiser state,
 one copy per process and per version of the global model), the server's aggregation and
 assignment against the uploads that crossed the router, the merging warm-up against its
-formula and schedule, the router losses against their definitions, bytes per round in
+formula and schedule, the router losses logged and off when zero, bytes per round in
 closed form, bad settings, a newcomer, and both backends under lost broadcasts."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from decent.engine.config import from_dict
 from decent.engine.plan import build_plan
 from decent.models.expert_merging import merge_layer, merged, most_similar
 from decent.models.experts import ExpertMLP, SplitExperts
-from decent.models.router_losses import RouterLogits
 from decent.strategies.spes import SERVER
 from decent.tools.cli import main
 from tests.helpers import (
@@ -339,27 +338,11 @@ def test_merges_happen_exactly_on_the_schedule(tmp_path):
 
 
 # ---------------------------------------------------------------------------- router losses
-def test_router_losses_against_their_definitions():
-    torch.manual_seed(0)
-    model = torch.nn.Module()
-    logits = torch.randn(2, 6, EXPERTS)  # two layers, six tokens
-    z = logits.numpy().astype(np.float64)
-    with RouterLogits(model) as captured:
-        pass
-    captured.layers = list(logits)
-    captured._routers = [(None, EXPERTS, 2)]
-    probs = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
-    top2 = np.argsort(-probs, axis=-1, kind="stable")[..., :2]
-    f = np.array([(top2 == e).sum() for e in range(EXPERTS)]) / 12  # assignments / tokens
-    p = probs.reshape(-1, EXPERTS).mean(0)
-    assert float(captured.balance_loss()) == pytest.approx(EXPERTS * (f * p).sum(), rel=1e-5)
-    lse = np.log(np.exp(z).sum(-1))
-    assert float(captured.z_loss()) == pytest.approx((lse ** 2).mean(axis=1).mean(), rel=1e-5)
-
-
 def test_router_losses_are_logged_and_off_when_zero(tmp_path):
     rows, _ = rows_and_vectors(from_dict(spes(tmp_path, rounds=1)))
-    assert rows[0]["balance_loss"] > 1.0 and rows[0]["z_loss"] > 0  # top-2: 2 when balanced
+    # megablocks' balance is 1 when balanced and at most E; each term's definition is
+    # checked against the authors' code in tests/test_spes_losses.py
+    assert 0 < rows[0]["balance_loss"] <= EXPERTS and rows[0]["z_loss"] > 0
     rows, _ = rows_and_vectors(from_dict(spes(tmp_path, rounds=1,
                                               router_loss={"balance": 0, "z": 0})))
     assert "balance_loss" not in rows[0] and "z_loss" not in rows[0]

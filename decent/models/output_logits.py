@@ -2,10 +2,22 @@
 
 PaLM (Chowdhery et al., 2022, §5) adds 1e-4 · log²Z to the cross-entropy, Z the softmax
 normaliser of the output logits, so that log Z stays near 0 and training stays stable in
-low precision; SPES's released configs use it with 1e-5 (``softmax_auxiliary_loss: true``,
-``auxiliary_loss_multiplier: 1e-5``). Their loss (zjr2000/SPES, ``spes/train.py``,
-``cross_entropy_loss``) is the mean of logsumexp(logits)² over the positions that predict a
-token; in a causal language model that is every position but the last.
+low precision. The term here is the mean of logsumexp(logits)² over the positions that
+predict a token; in a causal language model that is every position but the last.
+
+What SPES's authors' trainer applies (zjr2000/SPES): their released configs write
+``softmax_auxiliary_loss: true`` and ``auxiliary_loss_multiplier: 1e-5``
+(``configs/spes_experiments/spes_moe_1b_slimpajama_100b_tokens_bsz256_4nodes/node_0.yaml``
+L53–L55), but the multiplier is never read: ``spes/train.py`` L792–L793 calls the loss
+function without ``z_loss_multiplier``, so the default of both loss functions applies,
+1e-4 (``cross_entropy_loss`` L157, ``fused_loss_fn`` L189). With ``fused_loss: true`` (their
+configs) flash-attn's fused cross-entropy gets ``lse_square_scale=1e-4`` (L204) and folds
+1e-4 · log²Z into each token's loss; the z-loss it also returns is marked
+non-differentiable, so adding it again (L817) changes the logged loss, not the gradient.
+The term they minimise is therefore 1e-4 · log²Z summed over the positions that predict a
+token and divided by the tokens of the batch (L836), the same divisor as their
+cross-entropy: its weight relative to the cross-entropy is that of 1e-4 · the mean here
+beside a mean cross-entropy. SPES's ``logit_z_loss`` default is that 1e-4.
 
 :class:`OutputLogits` collects the logits with a forward hook on the model's output
 embedding (the LM head), so the task's own loss needs no change.
@@ -55,4 +67,6 @@ class OutputLogits:
         """mean over batch × (positions − 1) of logsumexp(logits)²."""
         assert self._logits is not None, "no forward pass ran inside the block"
         logits = self._logits[:, :-1] if self._logits.dim() == 3 else self._logits
-        return torch.logsumexp(logits.float(), dim=-1).square().mean()
+        # at least float32 (a bf16 head's log Z squared loses digits); float64 stays
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return torch.logsumexp(wide, dim=-1).square().mean()

@@ -16,22 +16,33 @@ SCHEDULES = ("constant", "cosine")
 @dataclass
 class LRScheduleConfig:
     """The inner learning rate over a worker's inner steps t = round · H + i (i-th step of
-    the round): a linear warm-up over the first ``warmup_steps`` steps, then constant or a
-    cosine decay to ``min_lr_ratio`` · lr at ``total_steps`` (0: the run's rounds ×
-    local_steps, filled in when the config is loaded). DiLoCo's recipe (Douillard et al.,
-    2023, §3) is a warm-up then cosine decay. The factor is a function of t alone, so a
-    resumed run continues the schedule with nothing extra in a checkpoint."""
+    the round): a linear warm-up from ``warmup_start_ratio`` · lr to lr over the first
+    ``warmup_steps`` steps, then constant or a cosine decay to ``min_lr_ratio`` · lr at
+    ``total_steps`` (0: the run's rounds × local_steps, filled in when the config is
+    loaded). DiLoCo's recipe (Douillard et al., 2023, §3) is a warm-up from 0 then cosine
+    decay; SPES's authors' scheduler starts its warm-up at 0.1 · lr. The factor is a
+    function of t alone, so a resumed run continues the schedule with nothing extra in a
+    checkpoint."""
 
     # constant after the warm-up, or cosine decay to min_lr_ratio · lr
     name: str = one_of(SCHEDULES, "constant")
-    warmup_steps: int = at_least(0, 0)  # inner steps of linear warm-up from 0 to lr
+    # inner steps of linear warm-up from warmup_start_ratio · lr to lr
+    warmup_steps: int = at_least(0, 0)
+    # where the warm-up's line starts, as a fraction of lr (0: from 0)
+    warmup_start_ratio: float = in_range(0.0, 0, 1, hi_open=True)
     # the schedule's length in inner steps; 0: the run's (rounds × local_steps)
     total_steps: int = at_least(0, 0)
     min_lr_ratio: float = in_range(0.0, 0, 1)  # cosine: the final learning rate as a fraction of lr
 
     def factor(self, t: int) -> float:
-        if t < self.warmup_steps:  # (t + 1) / W: the first step already moves
-            return (t + 1) / self.warmup_steps
+        if t < self.warmup_steps:
+            # r + (1 − r)(t + 1)/W: the first step already moves off the start r, and step
+            # W − 1 reaches lr. Counting steps from 1 (s = t + 1) this is the line
+            # r + (1 − r)·s/W of OLMo's scheduler, which SPES's authors use
+            # (zjr2000/SPES spes/optim.py, Scheduler._linear_warmup; its trainer bumps
+            # global_step before the step, so its first step runs at s = 1)
+            start = self.warmup_start_ratio
+            return start + (1 - start) * (t + 1) / self.warmup_steps
         if self.name == "constant":
             return 1.0
         span = max(self.total_steps - self.warmup_steps, 1)

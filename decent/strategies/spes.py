@@ -9,7 +9,9 @@ to the same worker). Round r:
      updating φ and its own experts P_i only: every other expert is frozen — no gradient,
      no optimiser state — and held once per process for all the workers it hosts;
      the loss is cross-entropy + balance · load-balancing loss + z · router z-loss
-     + logit_z · output-logit z-loss, the gradient clipped to norm grad_clip;
+     + logit_z · output-logit z-loss (each as the authors' trainer computes it:
+     :mod:`decent.models.router_losses`, :mod:`decent.models.output_logits`), the
+     gradient clipped to norm grad_clip;
   2. worker i uploads Δφ_i = φ − φ_i and its experts {E_e : e ∈ P_i}      (never the rest);
   3. the server sets the mean Δφ as the gradient of φ for one outer SGD step (lr 1:
      φ ← mean φ_i; Nesterov optional) and assigns E_e ← E_e of its owner;
@@ -67,11 +69,15 @@ INITIAL = -1  # version key of the initial model's experts
 class SPESConfig(OuterStepConfig):
     """Defaults are the paper's (Table A1, §4) and, where the text lost a value, the
     authors' released 1 B config (zjr2000/SPES,
-    ``configs/spes_experiments/spes_moe_1b_slimpajama_100b_tokens_bsz256_4nodes/node_0.yaml``):
-    AdamW lr 5e-4, β = (0.9, 0.95), weight decay 0.1, gradient clipping 1.0, a 2 000-step
-    linear warm-up then cosine decay to 0.1 · lr over the run (``cosine_with_warmup``,
-    ``alpha_f: 0.1``), sync every 100 steps, the output-logit z-loss 1e-5 and OLMoE's
-    router coefficients (0.01, 0.001); merging T_w = 12 500, M = 500, α_0 = 0.1, K = 4."""
+    ``configs/spes_experiments/spes_moe_1b_slimpajama_100b_tokens_bsz256_4nodes/node_0.yaml``)
+    and the code that reads it: AdamW lr 5e-4, β = (0.9, 0.95), weight decay 0.1, gradient
+    clipping 1.0, a 2 000-step linear warm-up from 0.1 · lr (their scheduler's default
+    start, ``spes/optim.py``) then cosine decay to 0.1 · lr over the run
+    (``cosine_with_warmup``, ``alpha_f: 0.1``), sync every 100 steps, the output-logit
+    z-loss 1e-4 (what their trainer applies: the config's 1e-5 is never read, see
+    :mod:`decent.models.output_logits`) and OLMoE's router coefficients (0.01, 0.001) on
+    megablocks' router losses (:mod:`decent.models.router_losses`); merging T_w = 12 500,
+    M = 500, α_0 = 0.1, K = 4."""
 
     name: str = "spes"
     local_steps: int = at_least(1, 100)  # inner steps between synchronisations (the paper's 100)
@@ -81,11 +87,13 @@ class SPESConfig(OuterStepConfig):
     weight_decay: float = at_least(0, 0.1)  # the inner AdamW's weight decay (the paper's 0.1)
     # the gradient's global norm is clipped to this before each inner step
     grad_clip: float = at_least(0, 1.0)
-    # 2 000 warm-up steps, then cosine decay to 0.1 · lr (the paper's)
+    # 2 000 warm-up steps from 0.1 · lr, then cosine decay to 0.1 · lr (the paper's; the
+    # warm-up's start is the authors' scheduler's default)
     lr_schedule: LRScheduleConfig = field(default_factory=lambda: LRScheduleConfig(
-        name="cosine", warmup_steps=2000, min_lr_ratio=0.1))
-    # the output-logit z-loss coefficient (the authors' configs: 1e-5)
-    logit_z_loss: float = at_least(0, 1e-5)
+        name="cosine", warmup_steps=2000, warmup_start_ratio=0.1, min_lr_ratio=0.1))
+    # the output-logit z-loss coefficient: 1e-4, what the authors' trainer applies (their
+    # configs' 1e-5 is never read; decent.models.output_logits)
+    logit_z_loss: float = at_least(0, 1e-4)
     # expert e → worker: contiguous blocks (e·N // E), round robin (e mod N), or the
     # client ids listed in expert_owner (one per expert index)
     partition: str = one_of(PARTITIONS, "contiguous")
