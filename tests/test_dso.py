@@ -17,8 +17,10 @@ from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.engine.plan import build_plan
 from decent.models import params
-from decent.privacy.gaussian import PrivacyLedger, noise_std
+from decent.privacy.gaussian import add_noise_, noise_std
+from decent.strategies import dso_privacy
 from decent.strategies.dso import expected_coverage_rounds, push_pull_coverage
+from decent.tasks.base import ClientData
 from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
 
 
@@ -165,21 +167,77 @@ def test_error_feedback_keeps_the_workers_whole_signal(tmp_path):
     backend.close()
 
 
+def dp_run(tmp_path, **strategy):
+    """A DSO run with DP: its metric rows and its summary.json as written."""
+    import json
+
+    from decent.run.runner import run
+
+    result = run(from_dict(dso(tmp_path, dp={"enabled": True}, **strategy)))
+    return result.rows, json.loads((result.run_dir / "summary.json").read_text())
+
+
 def test_the_privacy_spent_is_the_accountants_for_the_noise_used(tmp_path):
-    rows, _ = rows_and_vectors(from_dict(dso(tmp_path, rounds=3, dp={
-        "enabled": True, "clip": 1.0, "epsilon": 8.0, "delta": 1e-6})))
+    from dp_accounting import dp_event, rdp
+
+    rows, summary = dp_run(tmp_path, rounds=3)
     backend = local_engine(from_dict(dso(tmp_path)))
-    sizes = [len(c.data) for c in backend.group.clients.values() if c.data is not None]
+    sizes = sorted({len(c.data) for c in backend.group.clients.values() if c.data is not None})
     backend.close()
-    sigma = noise_std(1.0, 8.0, 1e-6, 10)  # N = the 10 workers
-    for r, row in enumerate(rows):
+    # DP-SGD: Σ clipped / B + N(0, σ²) is a sum of add/remove sensitivity C = 1 with noise
+    # σ·B, on a Poisson sample at rate B/|D|: one event per release, fed to the accountant
+    sigma, B = noise_std(1.0, 8.0, 1e-6, 10), 16  # N = the 10 workers
+    accountants = {size: rdp.RdpAccountant() for size in sizes}
+    for row in rows:
         worst = 0.0
-        for size in sizes:
-            ledger = PrivacyLedger(sigma / 1.0, 16 / size)
-            ledger.spend(r + 1)
-            worst = max(worst, ledger.epsilon(1e-6))
-        assert row["dp_epsilon"] == pytest.approx(worst, rel=1e-9)
+        for size, accountant in accountants.items():
+            accountant.compose(dp_event.PoissonSampledDpEvent(
+                B / size, dp_event.GaussianDpEvent(sigma * B / 1.0)))
+            worst = max(worst, accountant.get_epsilon(1e-6))
+        assert row["dp_epsilon"] == pytest.approx(worst, rel=1e-12)
     assert rows[0]["dp_epsilon"] < rows[-1]["dp_epsilon"]
+    assert summary["dp_epsilon"] == rows[-1]["dp_epsilon"]  # every worker, every round
+    assert "dp_epsilon_note" not in summary  # nothing it leaves out
+
+
+def test_with_every_worker_byzantine_the_summary_says_why_there_is_no_epsilon(tmp_path):
+    # 2 aggregators and 4 workers, all attacking: no honest release to account for
+    rows, summary = dp_run(tmp_path, n=6, aggregators=2, rounds=1, sections={
+        "faults": {"byzantine": [2, 3, 4, 5], "attack": {"name": "scale"}}})
+    assert "dp_epsilon" not in summary and all("dp_epsilon" not in r for r in rows)
+    assert "every worker is Byzantine" in summary["dp_epsilon_note"]
+    # forgers commit to their honest, noised release: still covered
+    _, forged = dp_run(tmp_path, n=6, aggregators=2, rounds=1, sections={
+        "faults": {"byzantine": [2, 3], "attack": {"name": "forge"}}})
+    assert forged["dp_epsilon"] > 0 and "dp_epsilon_note" not in forged
+
+
+def test_a_resumed_dp_run_goes_on_spending_from_its_checkpointed_ledgers(tmp_path):
+    import shutil
+
+    from decent.run.runner import resume, run
+
+    cfg = from_dict(dso(tmp_path, rounds=3, dp={"enabled": True}, sections={
+        "checkpoint": {"every": 2}}))
+    full = run(cfg)  # a checkpoint after round 1: round 2 runs again on resume
+    stopped = full.run_dir.parent / f".{full.run_dir.name}-killed.partial"
+    shutil.copytree(full.run_dir, stopped)
+    (stopped / "summary.json").unlink()  # as a run killed after its last round
+    resumed = resume(stopped)
+    assert [r["dp_epsilon"] for r in resumed.rows] == [r["dp_epsilon"] for r in full.rows]
+    assert resumed.summary["dp_epsilon"] == full.summary["dp_epsilon"]
+
+
+def test_a_rejoining_worker_keeps_its_privacy_ledger(tmp_path):
+    backend = local_engine(from_dict(dso(tmp_path, rounds=2, dp={"enabled": True})))
+    backend.run_round(0)
+    ledger = backend.group.clients[6].state.ledger
+    assert ledger.steps == 1
+    backend.group.bootstrap(6, None)  # as a worker that left and came back
+    assert backend.group.clients[6].state.ledger is ledger
+    backend.run_round(1)
+    assert ledger.steps == 2
+    backend.close()
 
 
 def test_epidemic_gossip_covers_every_aggregator_in_log_f_rounds(tmp_path):
@@ -346,7 +404,8 @@ def test_dp_refuses_a_private_probe_in_one_line(tmp_path):
     build_plan(from_dict(dso(tmp_path, probe="private", semantic=False, dp={"enabled": True})))
 
 
-def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_path):
+def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_path,
+                                                                           monkeypatch):
     # DP with a clip far below the gradient's norm: honest workers send a clipped, noised
     # gradient; the attacker (worker 5, scaling by −4) sends −4 × its raw gradient, which an
     # honest run without DP — the same batch from the same generator — sends unscaled
@@ -357,7 +416,29 @@ def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_p
                        sections={"faults": {"byzantine": [5],
                                             "attack": {"name": "scale", "factor": -4.0}}}))
     raw.backend.run_round(0)
+    # the honest workers' updates just before their noise, and their samples' sizes
+    clients = attacked.backend.group.clients
+    pre_noise, sampled = {}, {}
+
+    def owner(generator):
+        return next(c for c in clients if clients[c].generator is generator)
+
+    def noised(tensors, std, generator):
+        pre_noise[owner(generator)] = {n: t.clone() for n, t in tensors.items()}
+        add_noise_(tensors, std, generator)
+
+    poisson = ClientData.poisson_sample
+
+    def counted(data, rate, generator):
+        batch = poisson(data, rate, generator)
+        sampled[owner(generator)] = len(batch[1])
+        return batch
+
+    monkeypatch.setattr(dso_privacy, "add_noise_", noised)
+    monkeypatch.setattr(ClientData, "poisson_sample", counted)
     attacked.backend.run_round(0)
+    monkeypatch.undo()
+    assert 5 not in pre_noise and 5 not in sampled  # the attacker draws no Poisson sample
     g = {m.src: {n: t["dense"] for n, t in m.payload["update"].items()}
          for m in raw.sent if m.tag == "reveal"}
     a = {m.src: {n: t["dense"] for n, t in m.payload["update"].items()}
@@ -366,18 +447,22 @@ def test_a_byzantine_workers_payload_is_its_attack_unclipped_and_un_noised(tmp_p
     assert norm > 10 * clip
     for name in g[5]:
         torch.testing.assert_close(a[5][name], -4.0 * g[5][name], rtol=0, atol=0)
-    # an honest worker: clip(g) + N(0, σ²) — the residual has the noise's scale
+    # an honest worker: Σ clip(∇ loss_i) / B + N(0, σ²) — the residual has the noise's scale
     sigma = noise_std(clip, 8.0, 1e-6, 10)
-    norm6 = np.sqrt(sum(float(t.double().square().sum()) for t in g[6].values()))
-    residual = torch.cat([(a[6][n].double() - g[6][n].double() * clip / norm6).reshape(-1)
+    residual = torch.cat([(a[6][n].double() - pre_noise[6][n].double()).reshape(-1)
                           for n in g[6]])
     assert float(residual.std()) == pytest.approx(sigma, rel=0.1)
+    # each of its sampled examples contributed at most C / B
+    norm6 = np.sqrt(sum(float(t.double().square().sum()) for t in pre_noise[6].values()))
+    assert norm6 <= clip * sampled[6] / 16 * (1 + 1e-6)
     raw.backend.close()
     attacked.backend.close()
-    rows, _ = rows_and_vectors(from_dict(dso(
-        tmp_path, rounds=1, dp={"enabled": True},
-        sections={"faults": {"byzantine": [5], "attack": {"name": "scale"}}})))
+    rows, summary = dp_run(tmp_path, rounds=1, sections={
+        "faults": {"byzantine": [5], "attack": {"name": "scale"}}})
     assert rows[0]["dp_epsilon"] > 0  # the honest workers' spending is still reported
+    assert summary["dp_epsilon"] == rows[0]["dp_epsilon"]
+    assert "honest workers only" in summary["dp_epsilon_note"] and "[5]" in \
+        summary["dp_epsilon_note"]
 
 
 def test_push_pull_coverage_closed_form():

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import grad_and_value, vmap
 from torch.optim.adamw import adamw
 from torch.optim.sgd import sgd
 
 from decent.engine.stacked_lora import adapted_layers, lora_grads
+from decent.models.functional import BoundModule, is_transformers
 from decent.strategies.base import Client
 from decent.strategies.step_batching import MixRequest, StepRequest
 from decent.tasks.base import ClientData, Task
@@ -53,11 +54,6 @@ def unbatchable(request: StepRequest) -> str | None:
     return None
 
 
-def is_transformers(model: torch.nn.Module) -> bool:
-    return any(type(m).__module__.startswith(("transformers.", "peft."))
-               for m in model.modules())
-
-
 @dataclass(frozen=True)
 class Signature:
     """What the requests of one stacked computation share."""
@@ -72,19 +68,6 @@ class Signature:
         hyper = (group.get("momentum", 0.0), group["weight_decay"],
                  *group.get("betas", ()), group.get("eps", 0.0))
         return Signature(type(request.optimizer), request.batch_size, tuple(hyper))
-
-
-class BoundModule:
-    """``module`` called with ``params`` in place of its own (what a task's loss calls)."""
-
-    def __init__(self, module: torch.nn.Module, params: dict[str, torch.Tensor]) -> None:
-        self.module, self.params = module, params
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return functional_call(self.module, self.params, args, kwargs)
-
-    def __getattr__(self, name: str) -> Any:  # config, dtype, …: the module's own
-        return getattr(self.module, name)
 
 
 class ChunkStack:

@@ -39,6 +39,9 @@ def summarize(cfg: RunConfig, plan: RunPlan, engine: Engine, rows: list[dict[str
     if plan.byzantine:
         summary["byzantine_clients"] = plan.byzantine
         summary["attack"] = cfg.faults.attack.name
+    note = plan.strategy.privacy_note(plan.byzantine, cfg.faults.attack.name)
+    if note is not None:  # what dp_epsilon leaves out, or why there is none
+        summary["dp_epsilon_note"] = note
     if plan.topology.assignment is not None:  # two_tier: each worker's aggregator
         summary["aggregator_of"] = {str(w): a for w, a in plan.topology.assignment.items()}
     return summary
@@ -72,6 +75,12 @@ def summarize_rows(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_
         summary["rounds_to_target"] = None if hit is None else hit["round"] + 1
     if "loss" in rows[-1]:
         summary["final_loss"] = rows[-1]["loss"]
+    spent = [r["dp_epsilon"] for r in rows if "dp_epsilon" in r]
+    if spent:
+        # a round's figure is the largest ε of the workers that released in it, and each
+        # worker's ε only grows: the run's is the largest over the rounds (asynchronous
+        # workers do not all release in the last one)
+        summary["dp_epsilon"] = max(spent)
     summary.update(pooled_over_rounds(rows))
     summary.update({k: v for k, v in last_eval.items()
                     if k.startswith(("gmp_", "client_", "consensus"))})

@@ -279,6 +279,12 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         crash) with this reason, never left to hang or to compute something wrong."""
         return None
 
+    def privacy_note(self, byzantine: list[int], attack: str) -> str | None:
+        """For the run's summary, beside any ``dp_epsilon``: what that privacy figure
+        leaves out, or why the run has none, given the Byzantine clients and their
+        ``attack``. None (the default): nothing to say."""
+        return None
+
     def bootstrap(self, client: Client[StateT], vector: np.ndarray | None,
                   shared: Any) -> None:
         """A client that joins: start from ``vector`` (the mean of its present

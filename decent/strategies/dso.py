@@ -4,7 +4,8 @@ The graph is ``two_tier``: aggregators 0..A−1 on a complete overlay, each work
 the aggregator nearest by latency. A round is one optimisation step:
 
   compute    worker: g = ∇ loss on a batch of its shard;
-             DP (honest workers): clip g to norm C, add N(0, σ²I),
+             DP (honest workers), DP-SGD instead: a Poisson sample of the shard at rate
+             q = B/|D|, g = Σ_i clip(∇ loss_i, C) / B + N(0, σ²I),
              σ = C·sqrt(2 ln(1.25/δ)) / (ε·N);
              semantic compression with error feedback: g' = g + e, keep the top `keep` of
              |g'| ⊙ s over the whole gradient g ∈ R^d (``compression.scope: global``;
@@ -38,6 +39,9 @@ commits to, unclipped and un-noised — only honest workers apply DP — so its 
 verifies and only robust aggregation can stop it; ``forge`` commits honestly and changes
 the payload after committing.
 
+Privacy (``dp``): honest workers run DP-SGD; what their ``dp_epsilon`` bounds and what
+it leaves out is :mod:`decent.strategies.dso_privacy`'s docstring.
+
 ``asynchronous``: a round is one tick of the reference device's step time, and nobody
 waits for a slow worker. A worker of speed factor s (``compute.speeds`` /
 ``compute.speed_spread``) needs p = ⌈1/s⌉ ticks per gradient: it takes the gradient of
@@ -64,11 +68,12 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.registry import component
 from decent.core.schema import at_least, in_range, one_of, positive
-from decent.core.stats import Max, Mean
+from decent.core.stats import Mean
 from decent.models import params
-from decent.privacy.gaussian import DPConfig, PrivacyLedger, add_noise_, clip_, noise_std
+from decent.privacy.gaussian import DPConfig, PrivacyLedger
 from decent.robust.aggregators import AGGREGATORS, aggregate, build_aggregator, weighted_mean
 from decent.robust.commitment import commitment, draw_nonce, verifies
+from decent.strategies import dso_privacy as privacy
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.config import StrategyConfig
 from decent.strategies.dso_helpers import (
@@ -84,7 +89,6 @@ from decent.strategies.local_training import (
     make_optimizer,
 )
 from decent.strategies.phases import AGGREGATOR, WORKER, phase
-from decent.strategies.toolkit import stochastic_gradient
 
 __all__ = ["DSO", "DSOConfig", "expected_coverage_rounds", "push_pull_coverage"]
 
@@ -209,14 +213,11 @@ class DSO(Strategy[DSOState]):
         state = DSOState(optimizer=make_optimizer(client.model, cfg),
                          feedback=ErrorFeedback(self.compressor))
         if not self.is_aggregator(client.cid) and cfg.dp.enabled and client.data is not None:
-            state.ledger = PrivacyLedger(self.noise_std() / cfg.dp.clip,
-                                         cfg.batch_size / len(client.data))
+            state.ledger = privacy.worker_ledger(cfg, client, len(self.data_holders()))
         return state
 
-    def noise_std(self) -> float:
-        dp = self.cfg.dp
-        return noise_std(dp.clip, dp.epsilon, dp.delta,
-                         dp.population or len(self.data_holders()))
+    def privacy_note(self, byzantine: list[int], attack: str) -> str | None:
+        return privacy.privacy_note(self.cfg.dp, self.data_holders(), byzantine, attack)
 
     # ------------------------------------------------------------------ workers
     @phase(role=WORKER)
@@ -227,10 +228,9 @@ class DSO(Strategy[DSOState]):
         if ctx.round % cfg.sensitivity_every == 0 and semantic:
             state.sensitivity = self.probe_sensitivity(client, ctx)
         if state.in_flight is None:
-            # the gradient of the model held now; charged below, 1/p in each tick
-            loss, state.in_flight = stochastic_gradient(client, ctx.task, cfg.batch_size,
-                                                        charge=False)
-            client.stats["loss"] = loss
+            # the gradient of the model held now (with DP, an honest worker's is DP-SGD's,
+            # clipped); charged below, 1/p in each tick
+            state.in_flight = privacy.worker_gradient(client, ctx, cfg)
             state.started = ctx.round
         period = self.period(client)
         client.count_steps(1 / period)  # a gradient of p ticks: 1/p of it in each
@@ -242,11 +242,8 @@ class DSO(Strategy[DSOState]):
             # a Byzantine worker runs its own code: no honest clipping or noise, and its
             # attack is what it commits to (scaled by −4 means 4 × its gradient's norm)
             g = ctx.tamper(g, aggregator)
-        elif cfg.dp.enabled:
-            clip_(g, cfg.dp.clip)
-            add_noise_(g, self.noise_std(), client.generator)
-            state.ledger.spend()
-            client.stats["dp_epsilon"] = Max(state.ledger.epsilon(cfg.dp.delta))
+        elif cfg.dp.enabled:  # g is clipped already: its noise, and the spending
+            privacy.release(client, g, cfg, len(self.data_holders()))
         payload = state.feedback.compress(g, state.sensitivity if semantic else None)
         nonce = draw_nonce(client.generator)
         state.pending = (payload, nonce)

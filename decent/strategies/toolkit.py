@@ -3,6 +3,8 @@ optimiser loops of :mod:`decent.strategies.local_training`.
 
 * :func:`gradient` / :func:`stochastic_gradient` — one gradient of the task loss at the
   client's model (a gradient method's ∇f_i(x; ξ), no optimiser step);
+* :func:`private_gradient` — DP-SGD's gradient before its noise: a Poisson sample of the
+  shard, each example's gradient clipped, their sum over the expected batch size;
 * :func:`shard_batches` / :func:`shard_gradient` — the client's whole shard, every example
   exactly once (``ClientData.sample`` draws with replacement), and the full local
   gradient ∇f_i(x) over it;
@@ -22,13 +24,15 @@ from typing import Any
 import torch
 
 from decent.models import params
+from decent.privacy.gaussian import clipped_mean
 from decent.strategies.base import Client
 from decent.strategies.gossip import average_with_neighbours, mix_with_neighbours
+from decent.strategies.per_example import per_example_gradients
 from decent.tasks.base import ClientData, Task
 
 Tensors = dict[str, torch.Tensor]
-__all__ = ["average_with_neighbours", "gradient", "mix_with_neighbours", "shard_batches",
-           "shard_gradient", "stochastic_gradient"]
+__all__ = ["average_with_neighbours", "gradient", "mix_with_neighbours", "private_gradient",
+           "shard_batches", "shard_gradient", "stochastic_gradient"]
 
 
 def gradient(client: Client[Any], task: Task,
@@ -52,6 +56,22 @@ def stochastic_gradient(client: Client[Any], task: Task, batch_size: int,
     if charge:
         client.count_steps(1)
     return gradient(client, task, client.data.sample(batch_size, client.generator))
+
+
+def private_gradient(client: Client[Any], task: Task, batch_size: int, clip: float,
+                     charge: bool = True) -> tuple[float | None, Tensors]:
+    """DP-SGD's update before its noise (:mod:`decent.privacy.gaussian`): a Poisson
+    sample of the client's shard at rate min(1, B/|D|) drawn with its own generator, each
+    example's gradient clipped to L2 norm ``clip`` over all trainable tensors jointly,
+    their sum divided by B = ``batch_size``. With it, the sample's mean loss (None for an
+    empty sample). Charged like :func:`stochastic_gradient`."""
+    if charge:
+        client.count_steps(1)
+    batch = client.data.poisson_sample(min(1.0, batch_size / len(client.data)),
+                                       client.generator)
+    losses, grads = per_example_gradients(client.model, task, batch)
+    update, _ = clipped_mean(grads, clip, batch_size)
+    return (float(losses.mean()) if len(losses) else None), update
 
 
 def shard_batches(data: ClientData, batch_size: int) -> Iterator[tuple[torch.Tensor, ...]]:

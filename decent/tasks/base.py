@@ -26,6 +26,14 @@ class ClientData:
         idx = torch.randint(len(self), (batch_size,), generator=generator)
         return self.rows(idx.to(self.x.device))
 
+    def poisson_sample(self, rate: float, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """A Poisson sample: each example independently with probability ``rate``, in
+        shard order, so the batch's size varies (possibly 0). One uniform per example from
+        the client's own RNG, drawn on the CPU in float64 so that the inclusion
+        probability is ``rate`` to 2⁻⁵³ (it is what a privacy accountant is told)."""
+        keep = torch.rand(len(self), generator=generator, dtype=torch.float64) < rate
+        return self.rows(keep.nonzero().squeeze(1).to(self.x.device))
+
     def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The batch of the examples ``idx`` (what a model's loss takes): drawn at random
         by :meth:`sample`, or in order by a strategy that visits the whole shard."""
