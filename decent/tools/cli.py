@@ -3,6 +3,7 @@
     decent run CONFIG.yaml [key=value ...]   run an experiment
     decent resume RUN_DIR [--from-previous]  continue a stopped run from its checkpoint
     decent verify RUN_DIR                    check a run's checkpoints, rows and summary
+    decent verify --rerun RUN_DIR [--rounds K] run a record again, compare its rows
     decent topo NAME --n 16 [...]            describe a communication graph
     decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
     decent config show CONFIG [key=value ...] the resolved config, every default filled in
@@ -43,6 +44,13 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    if args.rerun:
+        return _rerun(args)
+    given = [flag for flag, value in (("--rounds", args.rounds), ("--tolerance", args.tolerance),
+                                      ("--backend", args.backend), ("--device", args.device))
+             if value is not None]
+    if given:
+        raise UsageError(f"{given[0]} goes with --rerun")
     from decent.run.verify import verify
 
     found = verify(args.run_dir, trust_imports=args.trust_imports)
@@ -52,6 +60,16 @@ def _verify(args: argparse.Namespace) -> int:
         return 1
     print(f"verify: {args.run_dir}: ok ({'; '.join(found.facts)})")
     return 0
+
+
+def _rerun(args: argparse.Namespace) -> int:
+    from decent.run.rerun import rerun
+
+    found = rerun(args.run_dir, args.rounds, args.tolerance or 0.0, args.backend,
+                  args.trust_imports, args.device)
+    for line in found.lines():
+        print(line)
+    return 1 if found.mismatches else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -274,6 +292,22 @@ def parser() -> argparse.ArgumentParser:
                        "manifests, metric rows, summary; one line per problem (exit 1)")
     v.add_argument("run_dir", help="a finished or interrupted run's directory")
     v.add_argument("--trust-imports", action="store_true", help=TRUST_HELP)
+    v.add_argument("--rerun", action="store_true",
+                   help="run the record's config.yaml again (same seed, same backend) and "
+                   "compare every metric row with its own, wall time aside: one line per "
+                   "value that differs (exit 1)")
+    v.add_argument("--rounds", type=int, metavar="K",
+                   help="--rerun: only the first K rounds (default: every recorded round)")
+    v.add_argument("--tolerance", type=float, metavar="T",
+                   help="--rerun: values may differ by at most T (absolute; default 0: "
+                   "equal)")
+    v.add_argument("--backend", metavar="NAME",
+                   help="--rerun: on this backend (local, ray) rather than the recorded "
+                   "one; backends give the same rows")
+    v.add_argument("--device", metavar="NAME",
+                   help="--rerun: on this device (cpu, cuda) rather than the recorded "
+                   "config's; device auto picks a GPU where there is one, so a record made "
+                   "on a CPU reruns as it was made with --device cpu")
     v.set_defaults(func=_verify)
     d = command("doctor", help="what this machine has; --gpu: check every GPU path")
     d.add_argument("--gpu", action="store_true",

@@ -1,0 +1,157 @@
+"""``decent verify --rerun RUN_DIR``: a record's saved config run again, its first K rounds,
+and every metric row compared with the record's (:mod:`decent.run.row_diff`).
+
+The config is the record's own, all its rounds included, and only the first K are run:
+shortening ``rounds`` would change what is derived from it (the lr schedule's length, the
+churn plan, the rounds evaluated last), so the rows would not be the record's prefix. The
+run writes nothing into the record; what it needs on disk goes to a temporary folder that
+is removed after."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from decent.core.errors import ActorLost, ConfigError
+from decent.engine.config import RunConfig, from_dict, to_dict
+from decent.run import checkpoint
+from decent.run.row_diff import HOST_FIELDS, MEASURED_FIELDS, Comparison
+
+
+def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0,
+          backend: str | None = None, trust_imports: bool = False,
+          device: str | None = None) -> Comparison:
+    """Run the record in ``run_dir`` again for its first ``rounds`` rounds (default: every
+    round it recorded), on its own backend and device or ``backend`` and ``device``, and
+    compare the rows; every bad input is one line (``ConfigError``) before anything
+    runs."""
+    from decent.engine.saved import load_saved_config
+
+    path = Path(run_dir).expanduser()
+    if not path.is_dir():
+        raise ConfigError("run_dir", f"{path} is not a directory")
+    if not (path / "config.yaml").is_file():
+        raise ConfigError("run_dir", f"{path} is not a run directory (no config.yaml)")
+    if not (tolerance >= 0 and math.isfinite(tolerance)):
+        raise ConfigError("--tolerance", f"must be a number ≥ 0 (got {tolerance})")
+    recorded = recorded_rows(path)
+    k = len(recorded) if rounds is None else rounds
+    if not 1 <= k <= len(recorded):
+        raise ConfigError("--rounds", f"must be between 1 and {len(recorded)}, the rounds "
+                          f"{path / checkpoint.METRICS} records (got {k})")
+    cfg = load_saved_config(path / "config.yaml", trust_imports)
+    say_absent_data(cfg)
+    kept_initial = recorded_initial(path) if cfg.eval.initial else None
+    found = Comparison(rounds=k, tolerance=tolerance)
+    excluded = set(HOST_FIELDS)
+    if cfg.compute.mode == "measured":
+        excluded |= set(MEASURED_FIELDS)
+        found.notes.append(f"compute.mode=measured, not compared: {', '.join(MEASURED_FIELDS)}")
+    with tempfile.TemporaryDirectory(prefix="decent-rerun-") as scratch:
+        initial, rows = replay(for_rerun(cfg, Path(scratch), backend, device), k)
+    if kept_initial is not None:
+        found.add_rows("initial", kept_initial, initial, excluded)
+    for r in range(k):
+        found.add_rows(r, recorded[r], rows[r], excluded)
+    return found
+
+
+def recorded_rows(path: Path) -> list[dict[str, Any]]:
+    """The record's rows, one per round from round 0 (an evaluation every E rounds adds
+    its fields to every E-th row; a resumed run's rows are those of the run that never
+    stopped). A line cut short by a kill is not a row."""
+    metrics = path / checkpoint.METRICS
+    if not metrics.is_file():
+        raise ConfigError("run_dir", f"{path} is not a run directory (no {checkpoint.METRICS})")
+    rows: list[dict[str, Any]] = []
+    for k, line in enumerate(checkpoint.whole_rows(metrics)):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ConfigError("run_dir", f"{metrics}: line {k + 1} is not a JSON row") from None
+        if not isinstance(row, dict) or row.get("round") != k:
+            raise ConfigError("run_dir", f"{metrics}: line {k + 1} is not the row of round {k}")
+        rows.append(row)
+    if not rows:
+        raise ConfigError("run_dir", f"{metrics} records no round")
+    return rows
+
+
+def recorded_initial(path: Path) -> dict[str, Any] | None:
+    """The starting model's metrics the record kept (``eval.initial``), if it kept them."""
+    kept = path / "initial.json"
+    if not kept.is_file():
+        return None
+    try:
+        metrics = json.loads(kept.read_text())
+    except ValueError:
+        raise ConfigError("run_dir", f"{kept} is not a JSON object") from None
+    if not isinstance(metrics, dict):
+        raise ConfigError("run_dir", f"{kept} is not a JSON object")
+    return metrics
+
+
+def say_absent_data(cfg: RunConfig) -> None:
+    """One line when a file or folder the record read is not on this machine (a shared
+    data folder, a network table): the run would fail later, or go to the network."""
+    wanted = [(f"task.{key}", getattr(cfg.task, key, None)) for key in ("data_dir", "paths")]
+    wanted += [(f"network.{key}", getattr(cfg.network, key, None))
+               for key in ("links_csv", "nodes_csv")]
+    for name, value in wanted:
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item and not Path(str(item)).expanduser().exists():
+                raise ConfigError(name, f"{item} is not on this machine (a relative path is "
+                                  "read from the current folder); the record needs it to "
+                                  "run again")
+
+
+def for_rerun(cfg: RunConfig, scratch: Path, backend: str | None,
+              device: str | None = None) -> RunConfig:
+    """The record's config as it ran, but writing only into ``scratch`` (no W&B run, no
+    progress bar) and, given ``backend`` or ``device``, on that backend or device (a
+    record saved ``device: auto``, which picks a GPU where there is one: a record made on
+    a CPU reruns as it was made with ``device="cpu"``)."""
+    data = to_dict(cfg)
+    data["tracking"].update(out_dir=str(scratch / "runs"), progress=False)
+    data["tracking"]["wandb"]["mode"] = "disabled"
+    if backend is not None:
+        data["backend"] = backend
+    if device is not None:
+        data["device"] = device
+    return from_dict(data)
+
+
+def replay(cfg: RunConfig, rounds: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The starting model's metrics (with ``eval.initial``: evaluating it is part of the
+    run) and the rows of rounds 0 .. ``rounds`` - 1, made as the runner makes them and
+    read back as the runner's JSON lines are. A lost actor starts the rounds again from
+    the start (a record's rows are those of a run that never stopped)."""
+    from decent.run.runner import Rounds, check
+
+    driver = Rounds(cfg, check(cfg), None)
+    try:
+        while True:
+            assert driver.slot is not None
+            engine = driver.slot.engine
+            try:
+                initial = (engine.evaluate(cfg.eval.per_client, engine.present(0))
+                           if cfg.eval.initial else {})
+                rows: list[dict[str, Any]] = []
+                for r in range(rounds):
+                    rows.append(driver.round(r, rows))
+            except ActorLost as lost:
+                driver.count_restart(str(lost), "running the rounds again from the start")
+                driver.slot.close()
+                driver.slot.engine = driver.build()
+                continue
+            return as_written(initial), [as_written(row) for row in rows]
+    finally:
+        driver.close()
+
+
+def as_written(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as metrics.jsonl holds it (the record is compared with what it wrote)."""
+    return json.loads(json.dumps(row, sort_keys=True))
