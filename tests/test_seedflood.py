@@ -228,9 +228,9 @@ def test_subcge_replicas_share_big_weights_not_buffers(tmp_path):
     assert len(set(w)) == 1 and len(set(b)) == 4 and len(set(a)) == 4
 
 
-@pytest.mark.slow  # 40 rounds of two methods on a ring of 32
+@pytest.mark.slow  # 40 rounds of two methods on a ring of 16
 def test_seedflood_learns_and_matches_dzsgd(tmp_path):
-    rounds, n, lr = 40, 32, 0.1
+    rounds, n, lr = 40, 16, 0.1
     # evaluated before the first iteration and after the last (every round would cost
     # more than the training)
     base = {"topology": {"name": "ring", "n": n}, "model": {"name": "mlp", "hidden": [16]},

@@ -381,7 +381,7 @@ class CountsVersions(WrapsBackend):
 
 
 def test_lost_broadcasts_keep_old_versions_and_ray_equals_local(tmp_path, ray_session):
-    base = spes(tmp_path, n=5, rounds=4, sections={"faults": {"drop": 0.3}})
+    base = spes(tmp_path, n=5, rounds=3, sections={"faults": {"drop": 0.3}})
     # one local run, watched and compared with the run on Ray (not one of each)
     local = CountsVersions(engine_for(from_dict(base)))
     local_rows, local_vectors = rows_and_vectors_on(local, from_dict(base))
