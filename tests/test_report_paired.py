@@ -103,3 +103,31 @@ def test_rows_come_in_numeric_order(tmp_path):
     rows = [line.split(" | ")[0] for line in (out / "report.md").read_text().splitlines()
             if line.startswith("| strategy.replicas=")]
     assert rows == [f"| strategy.replicas={r}" for r in (1, 2, 8, 16)]
+
+
+def test_a_part_is_grouped_and_paired_by_its_name_whatever_the_record_stored(tmp_path,
+                                                                             capsys):
+    """`strategy.aggregator` names the part, as on the command line: a record storing it
+    as a section with fields and one storing the bare name (written before parts had
+    fields) group together, and default grouping shows it once."""
+    for seed in (0, 1):
+        record(tmp_path, f"mean-s{seed}", {"name": "dso", "aggregator": {"name": "mean"}},
+               seed, [(1000, 3.0 + seed)])
+        record(tmp_path, f"trim-s{seed}", {"name": "dso", "aggregator": {
+            "name": "trimmed_mean", "trim": 0.1}}, seed, [(1000, 2.9 + seed)])
+    record(tmp_path, "old-s2", {"name": "dso", "aggregator": "trimmed_mean"}, 2,
+           [(1000, 4.0)])
+    runs = find_runs([str(tmp_path)])
+    assert {r.config["strategy.aggregator"] for r in runs} == {"mean", "trimmed_mean"}
+    table = paired(runs, ["strategy.aggregator"], "strategy.aggregator=mean,trimmed_mean",
+                   "gmp_loss", "final")
+    assert "| 2 |" in table and "s0: -0.1, s1: -0.1" in table
+    assert main(["report", str(tmp_path), "--metric", "gmp_loss", "--by",
+                 "strategy.aggregator", "--out", str(tmp_path / "by")]) == 0
+    assert "| strategy.aggregator=trimmed_mean | 3 |" in \
+        (tmp_path / "by" / "report.md").read_text()
+    assert main(["report", str(tmp_path), "--metric", "gmp_loss",
+                 "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "| strategy.aggregator / strategy.aggregator.trim |" in text
+    assert "aggregator.name" not in text

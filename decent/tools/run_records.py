@@ -24,10 +24,16 @@ class Run:
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``tree`` as dotted keys. A pluggable part inside a section (``strategy.aggregator:
+    {name: trimmed_mean, trim: 0.1}``) is also its name under the part's own key
+    (``strategy.aggregator`` → trimmed_mean), as it is written on the command line
+    (``strategy.aggregator=mean``) and as records stored it before parts had fields."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
+            if prefix and isinstance(value.get("name"), str):
+                out[name] = value["name"]
             out.update(flatten(value, f"{name}."))
         else:
             out[name] = frozen(value)
@@ -68,5 +74,7 @@ def find_runs(paths: list[str]) -> list[Run]:
 
 def varying_keys(runs: list[Run]) -> list[str]:
     keys = sorted({k for r in runs for k in r.config})
-    return [k for k in keys if not k.startswith(IGNORED)
+    # a part's name is grouped by once, under the part's key (not also as its `.name`)
+    aliased = {k for k in keys if k.endswith(".name") and k.removesuffix(".name") in keys}
+    return [k for k in keys if not k.startswith(IGNORED) and k not in aliased
             and len({json.dumps(r.config.get(k), sort_keys=True) for r in runs}) > 1]
