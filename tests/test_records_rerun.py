@@ -22,13 +22,11 @@ ROUNDS = 3  # enough for every method's first exchange to land in the rows
 #   its scope records (runs/scope) are today's and stand for the family;
 # - spes: being changed, to be regenerated;
 # - pretraining: the training loss, from round 0 (5e-5 by round 1);
-# - combo's churn, segments, speedup and sync records (loss, client_loss_mean, gmp_loss
-#   and consensus_distance, by up to 2.4e-7), seedflood's Rotten Tomatoes record (loss
-#   and the initial gmp_loss, by up to 2.8e-7) and its SST-2 records (by up to 1.3e-8).
-#   Combo's replicas records and SeedFlood's delayed-flooding records reproduce, and
-#   stand for their families.
+# - seedflood's Rotten Tomatoes record (loss and the initial gmp_loss, by up to 2.8e-7)
+#   and its SST-2 records (by up to 1.3e-8); its delayed-flooding records reproduce, and
+#   stand for the family.
 RECORDS = {
-    "combo": "combo/runs/replicas/R1-s1-20261124-051404-8096",
+    "combo": "combo/runs/churn/churn-s1-20261127-233516-c3be",
     "dso": "dso/runs/scope/digits-global-s0-20261127-224815-bd2d",
     "faults": "faults/runs/signflip20-s1-20261123-081636-a6c3",
     "gasloc": "gasloc/acceleration/runs/lr0.02-outer_momentum0.5-seed0-20261123-104925-2d3e",
