@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
+from decent.run.environment import KERNELS_VARIABLE, cpu_kernels
+from decent.run.rerun import command_line, kernels_wanted, rerun
 from decent.run.runner import run
-from decent.tools.cli import main
+from decent.tools.cli import main, parse
 from tests.helpers import tiny
 
 
@@ -40,10 +44,11 @@ def test_a_record_reruns_equal_and_leaves_nothing_behind(record, capsys):
     before, folders = tree(record), scratch_folders()
     assert main(["verify", "--rerun", str(record)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rerun ok: 3 rounds, "), lines
+    assert len(lines) == 2 and lines[1].startswith("rerun ok: 3 rounds, "), lines
+    assert lines[0] == f"rerun: ran with {cpu_kernels()} CPU kernels as the record was made"
     assert tree(record) == before and scratch_folders() == folders
     assert main(["verify", "--rerun", str(record), "--rounds", "1"]) == 0
-    assert capsys.readouterr().out.startswith("rerun ok: 1 rounds, ")
+    assert "\nrerun ok: 1 rounds, " in capsys.readouterr().out
 
 
 def test_an_edited_value_is_named_by_round_and_field(record, tmp_path, capsys):
@@ -54,7 +59,7 @@ def test_an_edited_value_is_named_by_round_and_field(record, tmp_path, capsys):
     rows[1]["gmp_accuracy"] += 0.001
     metrics.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     assert main(["verify", "--rerun", str(edited), "--rounds", "2"]) == 1
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[1:]  # after the kernels' line
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"rerun: round 1, gmp_accuracy: recorded "
                                f"{rows[1]['gmp_accuracy']!r}, rerun ")
@@ -92,6 +97,10 @@ def test_bad_input_is_one_line(record, tmp_path, capsys):
     (broken / "config.yaml").write_text(yaml.safe_dump(config))
     err = one_line_error(capsys, "verify", "--rerun", str(broken))
     assert f"task.data_dir: {tmp_path / 'absent'} is not on this machine" in err
+    assert "--cpu-kernels: must be one of default, avx2, avx512" in one_line_error(
+        capsys, "verify", "--rerun", str(record), "--cpu-kernels", "sse")
+    assert "--cpu-kernels goes with --rerun" in one_line_error(
+        capsys, "verify", str(record), "--cpu-kernels", "avx2")
     (broken / "metrics.jsonl").write_text('{"round": 1}\n')
     assert "line 1 is not the row of round 0" in one_line_error(
         capsys, "verify", "--rerun", str(broken))
@@ -112,3 +121,47 @@ def test_rows_compare_field_by_field():
         "rerun: not in the record, not compared: new",
         "rerun differs: 2 of 3 values over 1 rounds not equal; largest |diff| 0.25 "
         "(round 0, loss)"]
+
+
+def test_a_record_keeps_its_cpu_kernels_and_a_rerun_uses_them(record, tmp_path, monkeypatch,
+                                                               capsys):
+    """Each stretch of a run records the CPU kernels torch ran (kernels sum in different
+    orders); a re-run is made with the record's, in a new process where this one runs
+    others, told by ATEN_CPU_CAPABILITY."""
+    segments = json.loads((record / "segments.json").read_text())
+    env = segments[0]["environment"]
+    assert env["cpu_kernels"] == cpu_kernels() and env["torch"] and env["python"]
+    assert kernels_wanted(record) == cpu_kernels()
+    other = "default" if cpu_kernels() != "default" else "avx2"
+    elsewhere = tmp_path / record.name
+    shutil.copytree(record, elsewhere)
+    segments[0]["environment"]["cpu_kernels"] = other
+    (elsewhere / "segments.json").write_text(json.dumps(segments))
+    assert kernels_wanted(elsewhere) == other
+    assert kernels_wanted(elsewhere, "avx2") == "avx2"  # the user's choice wins
+    # in this process, which runs other kernels: refused, naming the variable to set
+    monkeypatch.delenv(KERNELS_VARIABLE, raising=False)
+    with pytest.raises(ConfigError, match=f"start it with {KERNELS_VARIABLE}={other}"):
+        rerun(elsewhere, 1)
+    # the CLI starts the new process, with the variable set and the same options
+    started = {}
+
+    def fake_run(argv, env):
+        started.update(argv=argv, env=env)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert main(["verify", "--rerun", str(elsewhere), "--rounds", "2", "--device",
+                 "cpu"]) == 0
+    assert started["env"][KERNELS_VARIABLE] == other
+    assert started["argv"][3:] == ["verify", str(elsewhere), "--rerun", "--cpu-kernels",
+                                   other, "--rounds", "2", "--device", "cpu"]
+    assert f"with {other} CPU kernels (this process runs {cpu_kernels()})" in (
+        capsys.readouterr().out)
+    again = parse(started["argv"][3:])  # the new process reads the same options
+    assert command_line(again.run_dir, again.cpu_kernels, again.rounds, again.tolerance,
+                        again.backend, again.device) == started["argv"][3:]
+    # told to use kernels this CPU cannot run, torch runs its own: one line, no loop
+    monkeypatch.setenv(KERNELS_VARIABLE, other)
+    with pytest.raises(ConfigError, match=f"this CPU cannot run {other} kernels"):
+        rerun(elsewhere, 1)

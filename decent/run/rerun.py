@@ -11,23 +11,63 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from decent.core.errors import ActorLost, ConfigError
 from decent.engine.config import RunConfig, from_dict, to_dict
-from decent.run import checkpoint
+from decent.run import checkpoint, environment
 from decent.run.row_diff import HOST_FIELDS, MEASURED_FIELDS, Comparison
+from decent.run.rundir import Segments
+
+# the kernel sets ATEN_CPU_CAPABILITY names, by architecture
+KERNEL_SETS = ("default", "avx2", "avx512", "sve256", "vsx", "zvector")
+
+
+def kernels_wanted(run_dir: str | Path, cpu_kernels: str | None = None) -> str | None:
+    """The CPU kernels a re-run of ``run_dir`` should use: ``cpu_kernels`` when given,
+    else those the record was made with, else None (this process's own)."""
+    if cpu_kernels is not None:
+        if cpu_kernels not in KERNEL_SETS:
+            raise ConfigError("--cpu-kernels", f"must be one of {', '.join(KERNEL_SETS)} "
+                              f"(got {cpu_kernels!r})")
+        return cpu_kernels
+    return environment.recorded_kernels(recorded_segments(Path(run_dir).expanduser()))
+
+
+def command_line(run_dir: str | Path, kernels: str, rounds: int | None = None,
+                 tolerance: float | None = None, backend: str | None = None,
+                 device: str | None = None, trust_imports: bool = False) -> list[str]:
+    """The ``decent verify --rerun`` arguments that re-run ``run_dir`` with ``kernels``
+    (in the process the CLI starts with them)."""
+    argv = ["verify", str(run_dir), "--rerun", "--cpu-kernels", kernels]
+    for flag, value in (("--rounds", rounds), ("--tolerance", tolerance),
+                        ("--backend", backend), ("--device", device)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + (["--trust-imports"] if trust_imports else [])
+
+
+def recorded_segments(path: Path) -> list[dict[str, Any]]:
+    """The record's ``segments.json`` (empty for a record made before it was kept)."""
+    try:
+        segments = json.loads((path / Segments.FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return segments if isinstance(segments, list) else []
 
 
 def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0,
           backend: str | None = None, trust_imports: bool = False,
-          device: str | None = None) -> Comparison:
+          device: str | None = None, cpu_kernels: str | None = None) -> Comparison:
     """Run the record in ``run_dir`` again for its first ``rounds`` rounds (default: every
     round it recorded), on its own backend and device or ``backend`` and ``device``, and
     compare the rows; every bad input is one line (``ConfigError``) before anything
-    runs."""
+    runs. The CPU kernels (``cpu_kernels``, default the record's) must be this process's:
+    torch picks them once per process, so ``decent verify --rerun`` starts a process with
+    them where they differ (:func:`kernels_wanted`)."""
     from decent.engine.saved import load_saved_config
 
     path = Path(run_dir).expanduser()
@@ -35,6 +75,15 @@ def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0
         raise ConfigError("run_dir", f"{path} is not a directory")
     if not (path / "config.yaml").is_file():
         raise ConfigError("run_dir", f"{path} is not a run directory (no config.yaml)")
+    wanted, recorded_k = kernels_wanted(path, cpu_kernels), kernels_wanted(path)
+    own = environment.cpu_kernels()
+    if wanted is not None and wanted != own:
+        told = os.environ.get(environment.KERNELS_VARIABLE)
+        raise ConfigError("--cpu-kernels", f"this CPU cannot run {wanted} kernels (torch "
+                          f"runs {own} here)" if told == wanted else
+                          f"this process runs {own} kernels, not {wanted}: start it with "
+                          f"{environment.KERNELS_VARIABLE}={wanted} (decent verify --rerun "
+                          "does)")
     if not (tolerance >= 0 and math.isfinite(tolerance)):
         raise ConfigError("--tolerance", f"must be a number ≥ 0 (got {tolerance})")
     recorded = recorded_rows(path)
@@ -56,7 +105,19 @@ def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0
         found.add_rows("initial", kept_initial, initial, excluded)
     for r in range(k):
         found.add_rows(r, recorded[r], rows[r], excluded)
+    found.notes.append(kernels_note(own, recorded_k, bool(found.mismatches)))
     return found
+
+
+def kernels_note(own: str, recorded: str | None, differs: bool) -> str:
+    """Which CPU kernels the re-run used, and, where the record does not say which made
+    it and the rows differ, how to try others."""
+    if recorded is None and differs:
+        return (f"ran with {own} CPU kernels; the record does not say which made it, and a "
+                "record made on another CPU reproduces only to the last bits: "
+                "--cpu-kernels avx2 (or avx512, default) runs it with others")
+    return f"ran with {own} CPU kernels" + (" as the record was made" if recorded == own
+                                             else "")
 
 
 def recorded_rows(path: Path) -> list[dict[str, Any]]:

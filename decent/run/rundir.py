@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from decent.core.errors import ConfigError
+from decent.run import environment
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -146,8 +147,10 @@ class Segments:
             past = []  # cut short by a kill: the earlier segments' times are unknown
         self.segments: list[dict[str, Any]] = past if isinstance(past, list) else []
         self.t0 = time.perf_counter()
+        # the versions and CPU kernels this stretch's rows were made with (environment.py)
         self.current = {"from_round": start, "to_round": start, "wall_s": 0.0,
-                        "restarts": 0, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                        "restarts": 0, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "environment": environment.describe()}
         self.segments.append(self.current)
 
     def update(self, round_: int, restarts: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -47,7 +48,8 @@ def _verify(args: argparse.Namespace) -> int:
     if args.rerun:
         return _rerun(args)
     given = [flag for flag, value in (("--rounds", args.rounds), ("--tolerance", args.tolerance),
-                                      ("--backend", args.backend), ("--device", args.device))
+                                      ("--backend", args.backend), ("--device", args.device),
+                                      ("--cpu-kernels", args.cpu_kernels))
              if value is not None]
     if given:
         raise UsageError(f"{given[0]} goes with --rerun")
@@ -63,10 +65,23 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    from decent.run.rerun import rerun
+    from decent.run import environment
+    from decent.run.rerun import command_line, kernels_wanted, rerun
 
+    wanted = kernels_wanted(args.run_dir, args.cpu_kernels)
+    told = os.environ.get(environment.KERNELS_VARIABLE)
+    if wanted is not None and told != wanted and wanted != environment.cpu_kernels():
+        # torch picked its kernels when this process first ran one: a fresh process
+        # told to use the record's
+        print(f"rerun: with {wanted} CPU kernels (this process runs "
+              f"{environment.cpu_kernels()}): in a new process", flush=True)
+        argv = command_line(args.run_dir, wanted, args.rounds, args.tolerance, args.backend,
+                            args.device, args.trust_imports)
+        return subprocess.run([sys.executable, "-c", "from decent.tools.cli import entry; "
+                               "entry()", *argv], env=environment.with_kernels(wanted)
+                              ).returncode
     found = rerun(args.run_dir, args.rounds, args.tolerance or 0.0, args.backend,
-                  args.trust_imports, args.device)
+                  args.trust_imports, args.device, args.cpu_kernels)
     for line in found.lines():
         print(line)
     return 1 if found.mismatches else 0
@@ -308,6 +323,11 @@ def parser() -> argparse.ArgumentParser:
                    help="--rerun: on this device (cpu, cuda) rather than the recorded "
                    "config's; device auto picks a GPU where there is one, so a record made "
                    "on a CPU reruns as it was made with --device cpu")
+    v.add_argument("--cpu-kernels", metavar="NAME",
+                   help="--rerun: with torch's CPU kernels NAME (avx2, avx512, default), in "
+                   "a new process; default: those the record was made with (its "
+                   "segments.json), else this machine's. Kernels sum in different orders: "
+                   "a record made on another CPU reproduces bit for bit only with its own")
     v.set_defaults(func=_verify)
     d = command("doctor", help="what this machine has; --gpu: check every GPU path")
     d.add_argument("--gpu", action="store_true",
