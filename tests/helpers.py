@@ -93,6 +93,7 @@ class KillsAnActor(WrapsBackend):
 
 # Methods that run on a star around a server at vertex 0.
 STAR_METHODS = ("fedavg", "diloco", "spes")
+PUSH_METHODS = ("sgp", "osgp")  # push-sum: on a directed graph
 
 
 def moe_lm(tmp_path: Path, **sections: Any) -> dict[str, Any]:
@@ -110,6 +111,8 @@ def method_config(tmp_path: Path, name: str, n: int, **sections: Any) -> dict[st
     topology = {"name": "star" if name in STAR_METHODS else "ring", "n": n}
     if name == "dso":  # one aggregator (vertex 0), the rest workers: as a star's server
         topology = {"name": "two_tier", "n": n, "aggregators": 1}
+    if name in PUSH_METHODS:
+        topology = {"name": "directed_exponential", "n": n}
     strategy = {"name": name}
     if name == "spes":  # the paper's schedule shape, its 2 000-step warm-up cut to one step
         strategy.update(local_steps=2, batch_size=4, merge_warmup_steps=0,

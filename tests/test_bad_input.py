@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import typing
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from decent.core.schema import checked_fields
-from decent.engine.config import RunConfig
+from decent.core.errors import ConfigError
+from decent.core.field_types import optional
+from decent.core.schema import checked_fields, field_info
+from decent.engine.config import EvalConfig, RunConfig, WandbConfig, load_config
 from decent.models.registry import MODELS
 from decent.strategies.registry import STRATEGIES
 from decent.tasks.registry import TASKS
 from decent.tools.cli import main
+from decent.topologies import TOPOLOGIES
+from decent.topologies.config import SMALLEST
 from tests.helpers import tiny
 
 # A config section per component: strategies, tasks and models are validated against
@@ -118,9 +124,13 @@ def test_out_of_range_value_is_one_line_naming_the_field(tmp_path, capsys, secti
 
 
 def numeric_fields():
+    """Bounded fields not typed int or float (``Any``: a number or a word such as auto),
+    which their declared check refuses; the typed ones have their own test below."""
     for section, name, cls in component_classes():
         for field, _, check in checked_fields(cls):
-            if check is not None and check.choices is None and check.lo is not None:
+            typed = optional(field_info(cls, field)[0])[0] in (int, float)
+            if check is not None and check.choices is None and check.lo is not None \
+                    and not typed:
                 yield section, name, f"{section}.{field}"
 
 
@@ -266,7 +276,210 @@ def test_every_bool_field_takes_only_true_or_false(tmp_path, capsys, section, co
     cfg = tiny(tmp_path)
     if section is not None:
         cfg[section] = {"name": component}
-    for bad in ("2", "maybe"):
+    for bad, got in (("2", "2"), ("maybe", "'maybe'")):
         err = run_cli(tmp_path, capsys, cfg, f"{field}={bad}")
-        assert err.startswith(f"error: {field}:"), err
+        assert re.fullmatch(rf"error: {re.escape(field)}: expected true or false, e\.g\. "
+                            rf"{re.escape(field)}=(true|false) \(got {got}\)", err), err
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- plain-language messages
+# A wrong type says what the field expects, in words, with an example built from its type
+# and default; an unknown key names the nearest allowed one; a graph too small to be itself
+# is refused with the graph to use instead. Exact lines first, then every field and section.
+
+
+def allowed(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+DSGD = STRATEGIES.entry("dsgd").config
+DIGITS = TASKS.entry("digits").config
+
+EXACT = [
+    # a list field given a scalar
+    (["model.hidden=64"], "model.hidden: expected a list of ints, e.g. model.hidden=[64] "
+                          "(got 64)"),
+    (["strategy.betas=0.9"], "strategy.betas: expected a list of numbers, e.g. "
+                             "strategy.betas=[0.9,0.999] (got 0.9)"),
+    # an element of a list: the example is the whole list, which an override can set
+    (["model.hidden=[a]"], "model.hidden[0]: expected a whole number, e.g. "
+                           "model.hidden=[64] (got 'a')"),
+    # a float field given a word
+    (["strategy.lr=fast"], "strategy.lr: expected a number, e.g. strategy.lr=0.05 "
+                           "(got 'fast')"),
+    # an int field given a float-like string, and a float
+    (["rounds='2.5'"], "rounds: expected a whole number, e.g. rounds=10 (got '2.5')"),
+    (["strategy.local_steps=1.5"], "strategy.local_steps: expected a whole number, e.g. "
+                                   "strategy.local_steps=5 (got 1.5)"),
+    # a bool field given a word
+    (["tracking.progress=maybe"], "tracking.progress: expected true or false, e.g. "
+                                  "tracking.progress=true (got 'maybe')"),
+    # text given a list; an optional field says so
+    (["name=[a,b]"], "name: expected text, e.g. name=run (got [a,b])"),
+    (["eval.target.metric=[1]"], "eval.target.metric: expected text or null (got [1])"),
+    # unknown keys: top level, a section, a nested section, a component's own field
+    (["round=50"], f"round: unknown key; allowed keys here: {allowed(RunConfig)}; "
+                   "did you mean rounds?"),
+    (["eval.evry=2"], f"eval.evry: unknown key; allowed keys here: {allowed(EvalConfig)}; "
+                      "did you mean eval.every?"),
+    (["tracking.wandb.mod=online"], f"tracking.wandb.mod: unknown key; allowed keys here: "
+                                    f"{allowed(WandbConfig)}; did you mean "
+                                    "tracking.wandb.mode?"),
+    (["strategy.lrr=0.1"], f"strategy.lrr: unknown key; allowed keys here: {allowed(DSGD)}; "
+                           "did you mean strategy.lr?"),
+    (["task.partiton=iid"], f"task.partiton: unknown key; allowed keys here: "
+                            f"{allowed(DIGITS)}; did you mean task.partition?"),
+    # no key is close: no suggestion
+    (["zzz=1"], f"zzz: unknown key; allowed keys here: {allowed(RunConfig)}"),
+    (["strategy.qqq=1"], f"strategy.qqq: unknown key; allowed keys here: {allowed(DSGD)}"),
+    # a field of another variant of the component names that variant
+    (["topology.degree=3"], "topology.degree: unknown key; allowed keys here: name, n, "
+                            "weights; degree is a field of topology random_regular (set "
+                            "topology.name=random_regular)"),
+    # a misspelt choice, component name and deletion
+    (["strategy.optimizer=adamm"], "strategy.optimizer: 'adamm' is not allowed; choose one "
+                                   "of: sgd, adamw; did you mean adamw?"),
+    (["~evl"], "overrides: ~evl: {path} has no such key to delete; did you mean ~eval?"),
+    # degenerate graphs
+    (["topology.n=2"], "topology.n: a ring needs at least 3 clients (got 2); for two "
+                       "clients use topology.name=complete"),
+    (["topology.name=exponential", "topology.n=2"],
+     "topology.n: an exponential graph needs at least 3 clients (got 2); for two clients "
+     "use topology.name=complete"),
+    (["topology.name=star", "topology.n=1"],
+     "topology.n: a star (a hub and at least one leaf) needs at least 2 clients (got 1); "
+     "for one client use topology.name=complete"),
+    (["topology.name=torus", "topology.n=8"],
+     "topology.n: torus needs n = rows·cols with rows, cols ≥ 3; 8 has no such "
+     "factorisation — use e.g. 9 (topology.rows then picks the grid's shape)"),
+    (["topology.name=torus", "topology.n=12", "topology.rows=2"],
+     "topology.rows: torus needs rows ≥ 3 (got 2); choose one of: 3, 4"),
+    (["topology.name=meshgrid", "topology.n=12", "topology.rows=12"],
+     "topology.rows: rows=12 leaves cols = n/rows = 1, but meshgrid needs cols ≥ 2; "
+     "choose one of: 2, 3, 4, 6"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "line"), EXACT, ids=[" ".join(c[0]) for c in EXACT])
+def test_the_exact_line_of_each_kind_of_mistake(tmp_path, capsys, overrides, line):
+    err = run_cli(tmp_path, capsys, tiny(tmp_path), *overrides)
+    assert err == "error: " + line.format(path=tmp_path / "cfg.yaml")
+
+
+@pytest.mark.parametrize(("body", "line"), [
+    ({"round": 50}, f"round: unknown key; allowed keys here: {allowed(RunConfig)}; "
+                    "did you mean rounds?"),
+    ({"strategy": {"name": "dsgd", "lrr": 0.1}},
+     f"strategy.lrr: unknown key; allowed keys here: {allowed(DSGD)}; did you mean "
+     "strategy.lr?"),
+    ({"rounds": "2.5"}, "rounds: expected a whole number, e.g. rounds=10 (got '2.5')"),
+    ({"model": {"name": "mlp", "hidden": 64}},
+     "model.hidden: expected a list of ints, e.g. model.hidden=[64] (got 64)"),
+    ({"topology": {"name": "ring", "n": 2}},
+     "topology.n: a ring needs at least 3 clients (got 2); for two clients use "
+     "topology.name=complete"),
+    # a dotted key written in a file, where keys nest
+    ({"strategy.lr": 0.1}, f"strategy.lr: unknown key; allowed keys here: "
+                           f"{allowed(RunConfig)}; in a file, nest it: strategy: {{lr: ...}}"),
+    # inside an element of a list of sections
+    ({"churn": {"events": [{"round": 1, "client": 0, "kind": "leave"}, {"rond": 2}]}},
+     "churn.events: an element has the unknown key 'rond'; allowed keys there: round, "
+     "client, kind; did you mean round?"),
+])
+def test_a_config_file_gets_the_same_lines(tmp_path, capsys, body, line):
+    assert run_cli(tmp_path, capsys, {**tiny(tmp_path), **body}) == f"error: {line}"
+
+
+def typed_fields(kinds: tuple[type, ...]):
+    """(section, component, dotted field, its type without None) of every field, of every
+    section and every component class, whose type is one of ``kinds`` (or a list)."""
+    def pick(cls, prefix):
+        for field, _, _ in checked_fields(cls):
+            tp = optional(field_info(cls, field)[0])[0]
+            if tp in kinds or (list in kinds and typing.get_origin(tp) is list):
+                yield f"{prefix}{field}", tp
+    for section, name, cls in component_classes():
+        for field, tp in pick(cls, f"{section}."):
+            yield section, name, field, tp.__name__
+    for field, tp in pick(RunConfig, ""):
+        yield None, None, field, tp.__name__
+
+
+WORDS = {"int": "a whole number", "float": "a number"}
+
+
+@pytest.mark.parametrize(("section", "name", "field", "kind"),
+                         list(once_each(typed_fields((int, float)))),
+                         ids=lambda x: str(x))
+def test_every_number_field_given_a_word_says_what_it_expects(tmp_path, capsys, section,
+                                                              name, field, kind):
+    """The line names the type in words and shows an example, and the example is a value
+    the field takes."""
+    cfg = config_with(tmp_path, section, name)
+    err = run_cli(tmp_path, capsys, cfg, f"{field}=abc")
+    found = re.fullmatch(rf"error: {re.escape(field)}: expected {WORDS[kind]}( or null)?, "
+                         rf"e\.g\. {re.escape(field)}=(\S+) \(got 'abc'\)", err)
+    assert found, err
+    path = tmp_path / "cfg.yaml"
+    try:
+        load_config(path, [f"{field}={found.group(2)}"])
+    except ConfigError as exc:  # another field's check may object, this one's must not
+        assert exc.field != field, exc
+
+
+@pytest.mark.parametrize(("section", "name", "field", "kind"),
+                         list(once_each(typed_fields((list,)))), ids=lambda x: str(x))
+def test_every_list_field_given_a_number_asks_for_a_list(tmp_path, capsys, section, name,
+                                                         field, kind):
+    err = run_cli(tmp_path, capsys, config_with(tmp_path, section, name), f"{field}=5")
+    assert err.startswith(f"error: {field}: expected a list"), err
+    assert err.endswith("(got 5)"), err
+
+
+def one_field_per_section():
+    """(section, component, dotted field) of one field of the top level, of every nested
+    section and of every component class (and of the sections inside it)."""
+    def firsts(cls, prefix):
+        seen = set()
+        for field, _, _ in checked_fields(cls):
+            parent = field.rpartition(".")[0]
+            if parent not in seen:
+                seen.add(parent)
+                yield f"{prefix}{field}"
+    for section, name, cls in component_classes():
+        for field in firsts(cls, f"{section}."):
+            yield section, name, field
+    for field in firsts(RunConfig, ""):
+        yield None, None, field
+
+
+@pytest.mark.parametrize(("section", "name", "field"), list(one_field_per_section()),
+                         ids=lambda x: str(x))
+def test_a_misspelt_key_anywhere_is_told_the_nearest(tmp_path, capsys, section, name, field):
+    typo = field + field[-1]  # one letter doubled: lr → lrr, rounds → roundss
+    err = run_cli(tmp_path, capsys, config_with(tmp_path, section, name), f"{typo}=1")
+    assert err.startswith(f"error: {typo}: unknown key; allowed keys here: "), err
+    assert err.endswith(f"; did you mean {field}?"), err
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES.names)
+def test_every_graph_refuses_fewer_clients_than_it_needs(name):
+    least = SMALLEST.get(name, (2,))[0]
+    if least > 1:
+        with pytest.raises(ConfigError) as exc:
+            TOPOLOGIES.config({"name": name, "n": least - 1})
+        assert exc.value.field == "topology.n"
+        assert f"needs at least {least} clients" in exc.value.message
+        assert "topology.name=complete" in exc.value.message
+    if name in SMALLEST:  # the listed graphs are built from their smallest size on
+        assert TOPOLOGIES.config({"name": name, "n": least}).n == least
+
+
+@pytest.mark.parametrize(("section", "nearest"), [("netwrk", "network"),
+                                                 ("strategy.dsgdd", "strategy.dsgd")])
+def test_a_misspelt_section_of_config_schema_is_told_the_nearest(capsys, section, nearest):
+    assert main(["config", "schema", section]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: section: unknown "), err
+    assert f"; did you mean {nearest}?" in err, err

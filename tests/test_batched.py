@@ -47,6 +47,8 @@ STRATEGIES = {
                "compression": {"name": "topk", "keep": 0.05}}, "ring"),
     "combo": ({"name": "combo", "local_steps": 3, "lr": 0.1, "segments": 2,
                "replicas": 1}, "ring"),
+    "sgp": ({"name": "sgp", "local_steps": 2, "lr": 0.1, "momentum": 0.9}, "directed_exponential"),
+    "osgp": ({"name": "osgp", "local_steps": 2, "lr": 0.1, "overlap": 2}, "one_peer_exponential"),
 }
 
 

@@ -281,11 +281,14 @@ def test_dso_needs_a_two_tier_graph(tmp_path):
 
 
 def test_dso_on_ray_equals_local(tmp_path, ray_session):
+    # 2 actors, the aggregators with workers 4–6 and workers 7–13 (one actor process less
+    # to start than 3 of 5): every upload of the second crosses between actors, the
+    # Byzantine one's too (worker 8, at speed 0.5 as worker 5 was with 5 per actor)
     base = dso(tmp_path, rounds=3, dp={"enabled": True}, asynchronous=True,
-               sections={"faults": {"byzantine": [5], "attack": {"name": "gaussian"},
+               sections={"faults": {"byzantine": [8], "attack": {"name": "gaussian"},
                                     "drop": 0.1},
                          **timed([1.0, 0.5, 0.3] * 3 + [1.0])})
-    assert_ray_equals_local(base, clients_per_actor=5)
+    assert_ray_equals_local(base, clients_per_actor=7)
 
 
 @pytest.mark.parametrize(("compression", "scope"), [

@@ -277,3 +277,13 @@ def test_the_circle_check_sees_a_type_checking_import(tmp_path):
                       "    from decent.a import B\n\ndef f():\n    from decent.c import D\n")
     assert declared_imports(source) == {"typing", "typing.TYPE_CHECKING", "decent.a",
                                         "decent.a.B"}
+
+
+def test_no_module_of_the_package_imports_the_strategy_api():
+    """``decent.strategies.api`` gathers the names for strategies written outside decent.
+    It imports the registry, which imports every method, so a method importing it would
+    import itself back; the package's own modules import each name from its home."""
+    users = {str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py")
+             if any(name == "decent.strategies.api" or name.startswith("decent.strategies.api.")
+                    for name in declared_imports(path))}
+    assert users == set()

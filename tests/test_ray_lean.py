@@ -63,7 +63,7 @@ def test_adopting_frozen_weights_moves_every_replica_onto_them(tmp_path):
 
 def test_a_strategy_that_writes_its_frozen_weights_shares_nothing(tmp_path):
     # SubCGE with refreshes folds its subspace into W: each process keeps its own
-    cfg = from_dict(tiny(tmp_path, topology={"name": "ring", "n": 2},
+    cfg = from_dict(tiny(tmp_path, topology={"name": "complete", "n": 2},
                          strategy={"name": "seedflood", "lr": 1e-3, "batch_size": 4,
                                    "rank": 2, "refresh_every": 3},
                          task={"name": "lm", "corpus": "shakespeare", "seq_len": 16,

@@ -46,8 +46,10 @@ def test_a_stale_current_cluster_file_does_not_capture_an_embedded_run(tmp_path)
     try:
         (ray_tmp / "ray").mkdir()
         (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+        # one actor: what is looked at is which Ray the run starts, not its actors (each
+        # a process to start, in the Ray this test starts beside the session's own)
         cfg = tiny(tmp_path, rounds=2, backend="ray", topology={"name": "ring", "n": 4},
-                   ray={"clients_per_actor": 2, "memory_plan": False, "num_cpus": 2})
+                   ray={"clients_per_actor": 4, "memory_plan": False, "num_cpus": 2})
         path = tmp_path / "cfg.yaml"
         path.write_text(yaml.safe_dump(cfg))
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

@@ -219,22 +219,67 @@ def test_each_actor_takes_one_model_from_each_neighbouring_actor_per_gossip(
     assert watched.hand_overs == 3 * 3 * 2
 
 
-def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypatch):
-    """Late messages kept by their senders cross the checkpoint: it fetches them."""
-    base = checkpointed(tmp_path)
-    local, local_vectors = reference_of(base, "checkpointed")
-    # 2 actors × 3 clients: ring edges 2–3 and 5–0 cross between them (fresh processes
-    # twice, for the run and its resumption: one less each than with 3 actors)
+@pytest.fixture(scope="module")
+def lost_and_restarted(ray_session, tmp_path_factory):
+    """The checkpointed run over RDT on 2 actors × 3 clients (ring edges 2–3 and 5–0 cross
+    between them), its second actor killed as round 3 begins (before the round's first
+    hand-over), run once for the two tests below: each run over RDT starts fresh actor
+    processes. Its result and config, the final state of every client (left by the engine
+    the restart built), and the messages its checkpoints fetched from the actors that
+    kept their payloads."""
+    from decent.run import runner
+
+    base = checkpointed(tmp_path_factory.mktemp("lost"))
     cfg = over_rdt(base, clients_per_actor=3)
-    fetch, fetched = direct.DirectPayloads.fetch, []
+    fetched: list[Message] = []
+    vectors: dict[int, np.ndarray] = {}
+    fetch, build = direct.DirectPayloads.fetch, runner.make_engine
 
     def counting(self, actors, *queues):
         fetched.extend(m for queue in queues for msgs in queue.values() for m in msgs
                        if isinstance(m.payload, Held))
         return fetch(self, actors, *queues)
 
-    monkeypatch.setattr(direct.DirectPayloads, "fetch", counting)
-    on_ray = run(cfg)
+    def capturing(*args):  # the engine the restart builds, which ends the run
+        engine = build(*args)
+        close = engine.close
+
+        def capture_then_close():
+            vectors.update(engine.client_vectors())
+            close()
+
+        engine.close = capture_then_close
+        return engine
+
+    engine = KillsAnActor(engine_for(cfg), 3)  # built before make_engine is wrapped
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(direct.DirectPayloads, "fetch", counting)
+        patch.setattr(runner, "make_engine", capturing)
+        result = run(cfg, engine)
+    return base, cfg, result, vectors, fetched
+
+
+def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(lost_and_restarted):
+    """The payloads it kept died with it, so the run cannot go on without its clients
+    (``churn``): it goes back to its checkpoint with fresh actors instead, and ends as the
+    run that lost nothing, bit for bit. (An actor lost in any other call the engine makes:
+    test_actor_loss.)"""
+    base, cfg, result, vectors, _ = lost_and_restarted
+    reference, ref_vectors = reference_of(base, "checkpointed")  # one local run for both
+    assert cfg.ray.on_actor_death == "churn"
+    assert result.summary["restarts"] == 1
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+    assert sorted(vectors) == sorted(ref_vectors)
+    for cid, vec in ref_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)
+
+
+def test_a_run_resumed_over_rdt_is_the_local_run(lost_and_restarted):
+    """Late messages kept by their senders cross the checkpoint: it fetches them. The run
+    stopped is the one above (its checkpoint of round 4 written by the actors the restart
+    started): one run over RDT less than a run of its own, the same checkpoint to resume."""
+    base, cfg, on_ray, _, fetched = lost_and_restarted
+    local, local_vectors = reference_of(base, "checkpointed")
     assert fetched  # the checkpoints held messages whose payloads their senders kept
     pointer = json.loads((on_ray.run_dir / "checkpoint.json").read_text())
     assert pointer["next_round"] == 4
@@ -248,18 +293,6 @@ def test_a_run_resumed_over_rdt_is_the_local_run(tmp_path, ray_session, monkeypa
     assert steady == local
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
-
-
-def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(tmp_path, ray_session):
-    """The payloads it kept died with it, so the run cannot go on without its clients
-    (``churn``): it goes back to its checkpoint with fresh actors instead."""
-    base = checkpointed(tmp_path)  # the resumed run's config: one local run for both
-    reference, _ = reference_of(base, "checkpointed")
-    # 2 actors × 3 clients: the second killed before round 3, and 2 fresh ones (not 3) after
-    cfg = over_rdt(base, clients_per_actor=3)
-    assert cfg.ray.on_actor_death == "churn"
-    result = run(cfg, KillsAnActor(engine_for(cfg), 3))
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
 
 
 def test_no_rdt_here_falls_back_to_the_object_store_with_one_line(tmp_path, ray_session,

@@ -25,6 +25,7 @@ RECORDS = {
     "gasloc": "gasloc/acceleration/runs/lr0.02-outer_momentum0.5-seed0-20261123-104925-2d3e",
     "pretraining": "pretraining/runs/pretrain-fedavg-star-20261123-102722-b6a6",
     "seedflood": "seedflood/delayed/runs/hops0-seed2-20261123-091653-06fe",
+    "sgp": "sgp/runs/osgp-one-peer-20261128-014200-4b75",
     "spes": "spes/runs/spes-n4-s0-20261127-225425-9c16",
 }
 # rounds re-run where fewer than ROUNDS: SPES's round is 20 AdamW steps of a mixture of

@@ -169,3 +169,100 @@ def test_runs_that_differ_in_a_list_valued_key_are_grouped_by_it(tmp_path, capsy
                  str(tmp_path / "out")]) == 0
     table = (tmp_path / "out" / "report.md").read_text()
     assert table.count("strategy.betas=") == 2 and "| 2 |" in table
+
+
+def tick_label_boxes(fig, which: str) -> list:
+    """(text, window extent) of every x (or y) tick label ``fig`` draws, major and minor,
+    on every visible axes (colour bars included)."""
+    fig.canvas.draw()  # the Agg canvas: report figures are drawn with matplotlib's Agg
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        frame = ax.get_window_extent(renderer)
+        labels = ax.get_xticklabels(which="both") if which == "x" else \
+            ax.get_yticklabels(which="both")
+        for label in labels:
+            if not (label.get_visible() and label.get_text()):
+                continue
+            box = label.get_window_extent(renderer)
+            # the locator also places ticks beyond the view: those are not drawn
+            middle, low, high = ((box.x0 + box.x1) / 2, frame.x0, frame.x1) if which == "x" \
+                else ((box.y0 + box.y1) / 2, frame.y0, frame.y1)
+            if low - 1 <= middle <= high + 1:
+                boxes.append((label.get_text(), box))
+    return boxes
+
+
+def overlapping(fig, which: str) -> list[tuple[str, str]]:
+    boxes = tick_label_boxes(fig, which)
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2)
+            if box_a.overlaps(box_b)]
+
+
+def crowded_groups(scale: float, series: int) -> dict[tuple, list]:
+    """``series`` groups with long names, bytes from ``scale`` to 30 × ``scale`` and
+    simulated times up to the hundreds of thousands of seconds."""
+    from decent.tools.run_records import Run
+
+    groups = {}
+    for k in range(series):
+        rows = [{"round": r, "bytes_total": scale * (r + 1) + 1000 * k,
+                 "sim_time_total_s": 1234.5 * (r + 1) * (k + 1),
+                 "gmp_accuracy": 0.1 + 0.8 * r / 30 + 0.001 * k} for r in range(30)]
+        name = f"a-rather-long-method-name-number-{k}"
+        groups[(name, 8 * (1 + k % 3))] = [Run(Path(f"r{k}"), {}, {}, rows)]
+    return groups
+
+
+@pytest.mark.parametrize("x", ["bytes_total", "sim_time_total_s", "round"])
+@pytest.mark.parametrize(("facet", "scale", "series"), [
+    (None, 1.7e8, 4), ("topology.n", 2.5e9, 20)])
+def test_no_two_tick_labels_overlap(x, facet, scale, series):
+    """Large byte counts (a log axis under two decades labels its minor ticks), narrow
+    facet panels, a long legend: every x and y tick label drawn keeps clear of the
+    others; bytes are written with their unit."""
+    keys = ["strategy.very_long_parameter_name_for_a_method", "topology.n"]
+    fig = metric_figure(crowded_groups(scale, series), keys, "gmp_accuracy", x,
+                        x == "bytes_total", facet=facet)
+    assert overlapping(fig, "x") == []
+    assert overlapping(fig, "y") == []
+    texts = [text for text, _ in tick_label_boxes(fig, "x")]
+    assert len(texts) >= 2  # thinned, not emptied
+    if x == "bytes_total":
+        assert all(text.endswith("B") for text in texts), texts  # 200 MB, 1 GB
+
+
+def test_the_edge_heat_map_is_directed(tmp_path):
+    """edges.json counts each direction on its own: a one-way ring 0 → 1 → 2 → 0 fills
+    (0, 1), (1, 2), (2, 0) and leaves their reverses empty; rows send, columns receive."""
+    from decent.tools.report_edges import edge_matrix, edges_figure, plot_edges
+    from decent.tools.run_records import Run
+
+    edges = {"0-1": 100, "1-2": 200, "2-0": 300}
+    matrix = edge_matrix(edges, 3)
+    assert matrix.tolist() == [[0, 100, 0], [0, 0, 200], [300, 0, 0]]
+    assert edge_matrix({"0-1": 5, "1-0": 7}, 4).tolist()[:2] == [[0, 5, 0, 0], [7, 0, 0, 0]]
+    fig = edges_figure(matrix, "one-way ring")
+    ax = fig.axes[0]
+    assert "sender" in ax.get_ylabel() and "receiver" in ax.get_xlabel()
+    shown = ax.images[0].get_array()
+    assert shown.filled(0).tolist() == matrix.tolist()
+    assert shown.mask.tolist() == (matrix == 0).tolist()  # nothing sent: a blank cell
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "edges.json").write_text(json.dumps(edges))
+    run = Run(run_dir, {"topology.n": 3}, {"strategy": "push", "topology": "ring"}, [])
+    assert plot_edges(run, tmp_path / "edges.png")
+    assert (tmp_path / "edges.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plot_edges(Run(tmp_path, {}, {}, []), tmp_path / "none.png")
+
+
+def test_a_heat_map_of_many_clients_keeps_its_tick_labels_apart():
+    from decent.tools.report_edges import edge_matrix, edges_figure
+
+    n = 200
+    matrix = edge_matrix({f"{i}-{(i + 1) % n}": 2.5e9 + i for i in range(n)}, n)
+    fig = edges_figure(matrix, "a ring of 200")
+    assert overlapping(fig, "x") == [] and overlapping(fig, "y") == []

@@ -43,7 +43,7 @@ def run_rounds(backend, rounds):
 
 
 TOPOLOGIES = [
-    {"name": "ring", "n": 2}, {"name": "ring", "n": 9}, {"name": "meshgrid", "n": 12},
+    {"name": "complete", "n": 2}, {"name": "ring", "n": 9}, {"name": "meshgrid", "n": 12},
     {"name": "erdos_renyi", "n": 16, "p": 0.3, "seed": 3}, {"name": "ring", "n": 64},
 ]
 
@@ -53,7 +53,7 @@ def sent_updates(backend):
     return sorted(u for c in backend.group.clients.values() for u in c.state.sent)
 
 
-# batched on the middle-sized graphs only (ring2 and ring64 add time, not coverage)
+# batched on the middle-sized graphs only (two clients and ring64 add time, not coverage)
 CONSENSUS = [(t, e, m) for m in MODES for t in (TOPOLOGIES if m == "sequential"
                                                 else TOPOLOGIES[1:4])
              for e in ("subcge", "mezo")]

@@ -4,8 +4,11 @@ numbers are the runs' own."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -26,12 +29,63 @@ def base_config(tmp_path: Path) -> str:
     return str(path)
 
 
+GRID = ["--grid", "strategy.lr=0.1,0.05", "topology.n=4,6", "--seeds", "2"]
+
+
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory, ray_session):
+def sweep_cli(tmp_path_factory, ray_session):
+    """The sweep every test here reads, run as `decent sweep` is: its folder, config, and
+    what it printed."""
     tmp_path = tmp_path_factory.mktemp("sweep")
     path = base_config(tmp_path)
-    index = sweep(path, ["strategy.lr=0.1,0.05", "topology.n=4,6"], 2, [])
-    return tmp_path, path, index
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["sweep", path, *GRID]) == 0
+    return tmp_path, path, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def swept(sweep_cli):
+    tmp_path, path, _ = sweep_cli
+    folder = tmp_path / "runs" / "t-sweep"
+    index = json.loads((folder / "sweep.json").read_text())
+    return tmp_path, path, {**index, "dir": str(folder)}
+
+
+def wall(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds:.2g} s"
+
+
+def test_a_sweep_prints_a_line_per_trial_then_a_table(sweep_cli, swept):
+    """No Ray Tune tables: one line per trial as it ends (its grid values that vary, seed,
+    metric, wall time), then one aligned table of every trial, then the counts."""
+    _, _, printed = sweep_cli
+    _, _, index = swept
+    lines = printed.splitlines()
+    assert len(lines) == 8 + (1 + 8) + 2, printed  # trials, table header and rows, counts
+    for text in ("Trial status", "│", "╭", "Configuration for experiment", "Trial run_trial"):
+        assert text not in printed
+    expected, rows = set(), []
+    for trial in index["trials"]:
+        run_dir = Path(trial["run_dir"])
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        lr, n, seed = cfg["strategy"]["lr"], cfg["topology"]["n"], cfg["seed"]
+        expected.add(f"strategy.lr={lr} topology.n={n} seed={seed}: "
+                     f"gmp_accuracy {summary['gmp_accuracy']:.4g}, {wall(summary['wall_s'])}")
+        rows.append([str(lr), str(n), str(seed), "done", f"{summary['gmp_accuracy']:.4g}",
+                     *wall(summary["wall_s"]).split()])
+    assert set(lines[:8]) == expected  # in the order the trials ended
+    for line in lines[:8]:
+        assert re.fullmatch(r"strategy\.lr=0\.(1|05) topology\.n=[46] seed=[01]: "
+                            r"gmp_accuracy [0-9.e-]+, [0-9.e-]+ s", line), line
+    header, *table = lines[8:17]
+    assert header.split() == ["strategy.lr", "topology.n", "seed", "status", "final",
+                              "gmp_accuracy", "wall", "time"]
+    assert [row.split() for row in table] == rows  # in the sweep's order
+    assert len({len(line) for line in lines[8:17]}) == 1  # the numbers aligned right
+    assert {row.index("done") for row in table} == {header.index("status")}
+    assert lines[17:] == ["sweep: 8 trials, 8 done", f"sweep directory: {index['dir']}"]
 
 
 def test_a_sweep_runs_every_combination_and_seed(swept):
@@ -50,7 +104,7 @@ def test_a_sweep_runs_every_combination_and_seed(swept):
     assert [t["key"] for t in on_disk["trials"]] == [t["key"] for t in index["trials"]]
 
 
-def test_running_a_sweep_again_continues_it(swept):
+def test_running_a_sweep_again_continues_it(swept, capsys):
     _, path, index = swept
     folder = Path(index["dir"])
     before = sorted(p.name for p in folder.iterdir() if (p / "summary.json").is_file())
@@ -58,6 +112,10 @@ def test_running_a_sweep_again_continues_it(swept):
     after = sorted(p.name for p in folder.iterdir() if (p / "summary.json").is_file())
     assert after == before  # nothing re-run
     assert {t["status"] for t in again["trials"]} == {"done"}
+    assert main(["sweep", path, *GRID]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 8 + 2  # no trial ran: the table of the earlier ones alone
+    assert [line.split()[3] for line in lines[1:9]] == ["done"] * 8
 
 
 @pytest.mark.parametrize(("grid", "text"), [
@@ -72,6 +130,16 @@ def test_a_bad_grid_is_one_line_before_any_trial(tmp_path, capsys, grid, text):
     assert main(["sweep", path, "--grid", *grid]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(text), err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_metric_no_run_reports_is_refused_before_any_trial(tmp_path, capsys):
+    path = base_config(tmp_path)
+    assert main(["sweep", path, "--seeds", "2", "--metric", "gmp_nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --metric: 'gmp_nope' is not in a run's summary of task "
+                          "'digits'; choose one of: consensus_distance, gmp_accuracy, "
+                          "gmp_loss, "), err
     assert not (tmp_path / "runs").exists()
 
 

@@ -18,6 +18,9 @@ from decent.core.storable import storable
 
 @storable(fields=('compressor', 'memory'))
 class ErrorFeedback:
+    """A compressor with a residual memory per tensor: :meth:`compress` sends
+    C(x + e) and keeps e ← (x + e) − D(C(x + e)). Keep one in the client's ``State``."""
+
     def __init__(self, compressor: Compressor) -> None:
         self.compressor = compressor
         self.memory: dict[str, torch.Tensor] = {}

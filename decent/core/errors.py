@@ -25,8 +25,34 @@ class ConfigError(ValueError):
 class StrategyError(RuntimeError):
     """A strategy broke the platform's contract (e.g. sent along a non-edge).
 
-    This is a bug in strategy code, not a user error, so it is raised loudly.
+    This is a bug in strategy code, not a bad value a user wrote: the CLI prints
+    ``error: <message>`` and exits with status 1, without a traceback.
     """
+
+
+class PhaseError(StrategyError):
+    """A strategy's own code failed while a phase ran: an exception it raised, or a
+    contract it broke (a payload with no wire size, a message to a client that is not a
+    neighbour, a state that is not its ``State``). It names where in one line: the
+    strategy, the phase, the client and the round.
+
+    ``trace`` is the full traceback where the error happened (on Ray: inside the actor,
+    which the driver's own traceback does not show); the runner writes it to the run
+    directory's ``error.log`` and sets ``log`` to that file."""
+
+    def __init__(self, strategy: str, phase: str, client: int, round_: int, message: str,
+                 trace: str = "") -> None:
+        self.strategy, self.phase, self.client, self.round = strategy, phase, client, round_
+        self.message = message
+        self.trace = trace
+        self.log: str | None = None
+        super().__init__(f"strategy '{strategy}', phase '{phase}', client {client}, "
+                         f"round {round_}: {message}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int, int, str, str]]:
+        # pickled whole: it is raised inside a Ray actor and read on the driver
+        return PhaseError, (self.strategy, self.phase, self.client, self.round, self.message,
+                            self.trace)
 
 
 class ActorLost(RuntimeError):

@@ -97,6 +97,11 @@ class Message:
     # True when a Byzantine sender's attack is already in the payload (PhaseContext.tamper):
     # the platform does not attack it again on the way out
     tampered: bool = False
+    # τ ≥ 1: the transfer overlaps the sender's next τ phases of computation (OSGP). The
+    # message is sent when its phase starts, is delivered τ phases later, and holds up
+    # that phase only if it has not arrived by then. 0: delivered next phase, its transfer
+    # on its own phase's critical path after the sender's compute.
+    overlap: int = 0
 
 
 def _leaf_size(leaf: Any) -> int:

@@ -26,11 +26,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf, ValueNode
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from decent.core.errors import ConfigError
-from decent.core.schema import check_bools, validate_fields
+from decent.core.field_types import did_you_mean, optional, wrong_type
+from decent.core.schema import (
+    check_bools,
+    field_info,
+    list_holding,
+    type_error,
+    validate_fields,
+)
 from decent.core.storable import storable
 
 # the metadata key of a field holding a nested component: the Registry its name selects
@@ -74,11 +81,17 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def declaring(self, key: str) -> list[str]:
+        """The names of the entries whose config has a field ``key``."""
+        return [name for name in self.names
+                if any(f.name == key for f in dataclasses.fields(self._entries[name].config))]
+
     def entry(self, name: str, prefix: str | None = None) -> Entry:
         if name not in self._entries:
             raise ConfigError(
                 f"{prefix or self.kind}.name",
-                f"unknown {self.kind} '{name}'; choose one of: {', '.join(self.names)}",
+                f"unknown {self.kind} '{name}'; choose one of: {', '.join(self.names)}"
+                f"{did_you_mean(name, self.names)}",
             )
         return self._entries[name]
 
@@ -118,7 +131,7 @@ class Registry:
             merged = OmegaConf.merge(schema, OmegaConf.create(raw))
             obj = OmegaConf.to_object(merged)
         except OmegaConfBaseException as exc:
-            raise config_error(exc, prefix, schema) from None
+            raise config_error(exc, prefix, cls, self) from None
         obj = resolve_components(obj, nested, prefix)
         validate_fields(obj, prefix)
         return obj
@@ -164,13 +177,75 @@ def structured(cls: type) -> DictConfig:
     return OmegaConf.structured(cls)
 
 
-def config_error(exc: OmegaConfBaseException, prefix: str, schema: DictConfig) -> ConfigError:
-    """Turn an OmegaConf exception into one line naming the full key and the fix."""
+def config_error(exc: OmegaConfBaseException, prefix: str, cls: type,
+                 registry: Registry | None = None) -> ConfigError:
+    """Turn OmegaConf's refusal of a section of dataclass ``cls`` (sitting at ``prefix``)
+    into one line naming the full key and the fix: an unknown key lists the keys allowed
+    there and the nearest one (or, in a component of ``registry``, the components that do
+    declare it); a value of the wrong type says what the field expects, with an example."""
     key = str(getattr(exc, "full_key", None) or "")
+    word = exc.key if isinstance(getattr(exc, "key", None), str) else ""
+    at = f"{prefix}." if prefix else ""
+    parent_key = key[: -len(word)].rstrip(".") if word and key.endswith(word) else \
+        key.rpartition(".")[0]
+    parent = field_info(cls, parent_key)
+    owner = getattr(exc, "object_type", None)
+    if dataclasses.is_dataclass(owner) and (parent is None or optional(parent[0])[0] is not owner):
+        # a key inside an element of a list of sections (a churn event): OmegaConf's key
+        # has lost the way to it, so the list is named
+        where = list_holding(cls, owner)  # type: ignore[arg-type]
+        if where is not None:
+            return _in_element(exc, f"{at}{where}", owner, word)  # type: ignore[arg-type]
     field = ".".join(part for part in (prefix, key) if part) or "config"
-    if type(exc).__name__ == "ConfigKeyError":
-        parent_key = key.rpartition(".")[0]
-        parent = OmegaConf.select(schema, parent_key) if parent_key else schema
-        allowed = ", ".join(str(k) for k in parent) if isinstance(parent, DictConfig) else ""
-        return ConfigError(field, f"unknown key; allowed keys here: {allowed}")
+    if isinstance(exc, ConfigKeyError):
+        owner = optional(parent[0])[0] if parent is not None else None
+        names = [f.name for f in dataclasses.fields(owner)] \
+            if dataclasses.is_dataclass(owner) else []
+        hint = _unknown_key_hint(word or key.rpartition(".")[2], names, prefix, parent_key,
+                                 registry)
+        return ConfigError(field, f"unknown key; allowed keys here: {', '.join(names)}{hint}")
+    if isinstance(exc, ValidationError):
+        message = type_error(cls, key, _given(getattr(exc, "value", None)), at)
+        if message is not None:
+            return ConfigError(field, message)
     return ConfigError(field, str(exc).splitlines()[0])
+
+
+def _unknown_key_hint(word: str, names: list[str], prefix: str, parent_key: str,
+                      registry: Registry | None) -> str:
+    """What to write instead of the unknown key ``word`` among the keys ``names`` of the
+    section at ``prefix.parent_key``: the nearest key; the nested form of a dotted key
+    written in a file; the variants of ``registry`` that declare it."""
+    where = ".".join(part for part in (prefix, parent_key) if part)
+    head, _, rest = word.partition(".")
+    if rest and head in names:  # `strategy.lr: 0.1` at the top of a file
+        inside = f" inside {where}" if where else ""
+        return f"; in a file, nest it: {head}: {{{rest}: ...}}{inside}"
+    owners = registry.declaring(word) if registry is not None and not parent_key else []
+    if owners:  # a field of another variant: naming it beats the nearest spelling
+        how = f"={owners[0]}" if len(owners) == 1 else " to one of them"
+        return f"; {word} is a field of {registry.kind} {', '.join(owners)} (set " \
+               f"{prefix}.name{how})"
+    return did_you_mean(word, names, f"{where}." if where else "")
+
+
+def _in_element(exc: OmegaConfBaseException, where: str, item: type, word: str) -> ConfigError:
+    """The refusal of key ``word`` of an element (a section of dataclass ``item``) of the
+    list ``where``."""
+    names = [f.name for f in dataclasses.fields(item)]
+    if isinstance(exc, ConfigKeyError):
+        return ConfigError(where, f"an element has the unknown key {word!r}; allowed keys "
+                           f"there: {', '.join(names)}{did_you_mean(word, names)}")
+    info = field_info(item, word)
+    message = wrong_type(word, info[0], _given(getattr(exc, "value", None))) \
+        if info is not None else None
+    return ConfigError(where, f"an element's {word}: {message or str(exc).splitlines()[0]}")
+
+
+def _given(value: Any) -> Any:
+    """The value a user wrote, out of the OmegaConf node that held it in an error."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value)
+    if isinstance(value, ValueNode):
+        return value._value()
+    return value

@@ -20,12 +20,16 @@ Checks between fields (say, ``local_steps_min ≤ local_steps``) stay in the sec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import re
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from decent.core.errors import ConfigError
+from decent.core.field_types import NONE, did_you_mean, element, example, optional, wrong_type
 
 CHECK = "check"  # the metadata key of a declared check
 
@@ -175,7 +179,8 @@ def check_bools(data: Any, cls: type, prefix: str) -> None:
         for part in name.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         if value is not None and not isinstance(value, bool):
-            raise ConfigError(f"{prefix}{name}", f"must be true or false (got {value!r})")
+            raise ConfigError(f"{prefix}{name}",
+                              wrong_type(f"{prefix}{name}", bool, value, f.default) or "")
 
 
 def checked_fields(
@@ -190,6 +195,78 @@ def checked_fields(
             yield from checked_fields(nested, f"{name}.")
             continue
         yield name, f, f.metadata.get(CHECK)
+
+
+# One step of a dotted key: a field's name, or a list index (``hidden[0]``).
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def field_info(cls: type, key: str) -> tuple[Any, Any, Check | None] | None:
+    """(type, default, declared check) of the dotted ``key`` of dataclass ``cls``, through
+    nested sections and list elements (``churn.events[0].round``); None where ``key``
+    is not a field. The default is :data:`~decent.core.field_types.NONE` where the field
+    has none to show (a list element)."""
+    tp: Any = cls
+    default: Any = NONE
+    check: Check | None = None
+    for name, index in _STEP.findall(key):
+        if index:
+            tp, default = element(tp), NONE
+            check = check if check is not None and check.each else None
+            continue
+        owner = optional(tp)[0]
+        if not dataclasses.is_dataclass(owner):
+            return None
+        f = next((f for f in dataclasses.fields(owner) if f.name == name), None)
+        if f is None:
+            return None
+        section = section_default(f)
+        # a component's field is typed Any: its default variant says what it holds
+        tp = type(section) if section is not None else _hints(owner).get(name, Any)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            NONE if f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+            else f.default_factory())  # type: ignore[misc]
+        check = f.metadata.get(CHECK)
+    return tp, default, check
+
+
+def type_error(cls: type, key: str, value: Any, prefix: str = "") -> str | None:
+    """The plain message for ``value`` given to the dotted ``key`` of dataclass ``cls``
+    (``prefix``: where ``cls`` sits, for the example's key); None where the field's type
+    says nothing better than the converter did. An element of a list
+    (``model.hidden[0]``) is shown with an example of the whole list, which is what an
+    override can set."""
+    info = field_info(cls, key)
+    if info is None:
+        return None
+    top = key.split("[", 1)[0]
+    outer = field_info(cls, top) if top != key else info
+    shown = example(*outer) if outer is not None else NONE
+    return wrong_type(f"{prefix}{key}", info[0], value, shown, example_field=f"{prefix}{top}")
+
+
+def list_holding(cls: type, item: type, prefix: str = "") -> str | None:
+    """The dotted name of the field of ``cls`` (or of a nested section) that is a list of
+    ``item`` sections (``churn.events`` for a ChurnEvent); None where there is none."""
+    for f in dataclasses.fields(cls):
+        section = section_default(f)
+        if section is not None:
+            found = list_holding(type(section), item, f"{prefix}{f.name}.")
+            if found is not None:
+                return found
+        elif element(_hints(cls).get(f.name, Any)) is item:
+            return f"{prefix}{f.name}"
+    return None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """``cls``'s resolved field types (its annotations are strings under ``from
+    __future__ import annotations``); {} where one cannot be resolved."""
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
 
 
 def section_default(f: dataclasses.Field) -> Any:
@@ -230,7 +307,8 @@ def validate_fields(obj: Any, prefix: str) -> None:
                 if not check.allows(item):
                     raise ConfigError(f"{name}[{k}]", f"{check.describe()} (got {item!r})")
         elif not check.allows(value) and check.choices is not None:
-            raise ConfigError(name, f"{value!r} is not allowed; {check.describe()}")
+            hint = did_you_mean(value, check.choices) if isinstance(value, str) else ""
+            raise ConfigError(name, f"{value!r} is not allowed; {check.describe()}{hint}")
         elif not check.allows(value) and (check.lo is not None or check.hi is not None):
             raise ConfigError(name, f"{check.describe()} (got {value!r})")
         elif value is None and not check.nullable:

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from decent.backends.ray.config import RayConfig
 from decent.core.errors import ConfigError, StrategyError
+from decent.core.field_types import did_you_mean
 from decent.core.registry import (
     COMPONENT,
     component,
@@ -288,7 +289,7 @@ def from_layers(*layers: Any) -> RunConfig:
         merged = OmegaConf.merge(schema, *(OmegaConf.create(raw) for raw in plain))
         cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
-        raise config_error(exc, "", schema) from None
+        raise config_error(exc, "", RunConfig) from None
     import_plugins(cfg.imports)  # components of its own register themselves
     for path, section in given.items():
         *parents, key = path
@@ -301,7 +302,8 @@ def from_layers(*layers: Any) -> RunConfig:
 
     if cfg.backend not in EXECUTORS.names:
         raise ConfigError("backend", f"unknown backend {cfg.backend!r}; choose one of: "
-                          f"{', '.join(EXECUTORS.names)}")
+                          f"{', '.join(EXECUTORS.names)}"
+                          f"{did_you_mean(cfg.backend, EXECUTORS.names)}")
     for name, value, registry in (("strategy", cfg.strategy, STRATEGIES),
                                   ("task", cfg.task, TASKS), ("model", cfg.model, MODELS)):
         # the component's own sections (a strategy's compression, lr_schedule): mappings

@@ -21,6 +21,7 @@ from decent.core.errors import StrategyError
 from decent.core.messages import Message, wire_size
 from decent.core.snapshot import capture, restore
 from decent.core.stats import Stat
+from decent.engine.blame import blame, check_state
 from decent.engine.compute import ComputeClock
 from decent.engine.config import RunConfig
 from decent.engine.imports import import_plugins
@@ -198,8 +199,12 @@ class ClientGroup:
             client, attack = self.clients[cid], self.attacks.get(cid)
             client_ctx = ctx if attack is None else dataclasses.replace(
                 ctx, tamper=self._tamper(attack, round_, step, cid))
-            with own_rng(client):
-                return self.strategy.run_phase(client, inboxes.get(cid, []), client_ctx)
+            with blame(self.strategy.name, phase, cid, round_):
+                check_state(self.strategy, client.state)
+                with own_rng(client):
+                    sent = self.strategy.run_phase(client, inboxes.get(cid, []), client_ctx)
+                check_state(self.strategy, client.state)
+                return sent
 
         ran = self.execute(taking, body)
         for cid in running:
@@ -210,17 +215,18 @@ class ClientGroup:
             sent, wall = ran[cid]
             attack = self.attacks.get(cid)
             compute[cid] = self.clock.seconds(cid, client.steps, wall)
-            for seq, msg in enumerate(sent):
-                if msg.src != cid:
-                    raise StrategyError(
-                        f"strategy '{self.strategy.name}': client {cid} sent a message "
-                        f"claiming to come from {msg.src} (round {round_}, phase '{phase}')"
-                    )
-                msg.seq = seq
-                if attack is not None and not msg.tampered:  # a Byzantine client's payload
-                    msg.payload = attack(msg.payload, msg.dst, step, seq, [
-                        self.fault_seed, ATTACK_SALT, round_, step, cid, msg.dst, seq])
-                msg.nbytes = wire_size(msg.payload)
+            # what the phase returned is still its own: a wrong sender or a payload with
+            # no wire size is its mistake, named like one it raised
+            with blame(self.strategy.name, phase, cid, round_):
+                for seq, msg in enumerate(sent):
+                    if msg.src != cid:
+                        raise StrategyError(f"a message claiming to come from client "
+                                            f"{msg.src}")
+                    msg.seq = seq
+                    if attack is not None and not msg.tampered:  # a Byzantine payload
+                        msg.payload = attack(msg.payload, msg.dst, step, seq, [
+                            self.fault_seed, ATTACK_SALT, round_, step, cid, msg.dst, seq])
+                    msg.nbytes = wire_size(msg.payload)
             outgoing.extend(sent)
         return outgoing, compute
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from decent.core.errors import ConfigError
+from decent.core.field_types import did_you_mean
 from decent.core.registry import COMPONENT, component_fields
 from decent.core.schema import section_default
 
@@ -20,7 +21,9 @@ def delete_key(data: dict[str, Any], key: str, path: str | Path) -> None:
     for part in parents:
         node = node.get(part) if isinstance(node, dict) else None
     if not isinstance(node, dict) or last not in node:
-        raise ConfigError("overrides", f"~{key}: {path} has no such key to delete")
+        near = did_you_mean(last, node, "~" + "".join(f"{p}." for p in parents)) \
+            if isinstance(node, dict) else ""
+        raise ConfigError("overrides", f"~{key}: {path} has no such key to delete{near}")
     del node[last]
 
 

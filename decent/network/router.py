@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from decent.core.errors import StrategyError
+from decent.core.errors import PhaseError
 from decent.core.messages import Message
 from decent.network.faults import WireFaults
 from decent.network.timing import Network
@@ -58,6 +58,11 @@ class Router:
         self._pending: dict[int, list[Message]] = defaultdict(list)
         self._ready: dict[int, list[Message]] = {}
         self._phase_edges: dict[tuple[int, int], int] = defaultdict(int)
+        # overlapped transfers (Message.overlap) posted this phase, by τ; and, by phase
+        # number, the simulated time by which what that phase reads has arrived
+        self._overlap_edges: dict[int, dict[tuple[int, int], int]] = {}
+        self._due: dict[int, float] = {}
+        self._clock = 0.0  # simulated seconds from the run's start to this phase's start
         self._round = RoundTraffic()
         self.total_edge_bytes: dict[tuple[int, int], int] = defaultdict(int)
         self.total_bytes = 0
@@ -107,12 +112,11 @@ class Router:
         graph = self.topology.round_graph(round_)
         for msg in messages:
             if not graph.has_edge(msg.src, msg.dst):
-                raise StrategyError(
-                    f"strategy '{self.strategy_name}' sent a message from client {msg.src} "
-                    f"to client {msg.dst} in round {round_}, phase '{phase}', but "
-                    f"({msg.src}, {msg.dst}) is not an edge of that round's "
-                    f"{self.topology.name} graph"
-                )
+                raise PhaseError(
+                    self.strategy_name, phase, msg.src, round_,
+                    f"message to client {msg.dst}, not a neighbour this round: "
+                    f"({msg.src}, {msg.dst}) is not an edge of round {round_}'s "
+                    f"{self.topology.name} graph")
             msg.sent_round, msg.sent_phase = round_, self._phase_no
             if self._present is not None and msg.dst not in self._present:
                 # nobody there: the sender finds out in its next inbox
@@ -126,13 +130,17 @@ class Router:
                     self._round.partitioned_messages += 1
                     continue
                 lost, late = self.faults.fate(round_, self._step, msg.src, msg.dst, msg.seq)
-            self._phase_edges[(msg.src, msg.dst)] += msg.nbytes
+            if msg.overlap > 0:
+                edges = self._overlap_edges.setdefault(msg.overlap, defaultdict(int))
+                edges[(msg.src, msg.dst)] += msg.nbytes
+            else:
+                self._phase_edges[(msg.src, msg.dst)] += msg.nbytes
             self._round.messages += 1
             if lost:
                 self._round.dropped_messages += 1
-            elif late:
-                self._round.delayed_messages += 1
-                self._later[self._phase_no + 1 + late].append(msg)
+            elif late or msg.overlap > 1:
+                self._round.delayed_messages += int(late > 0)
+                self._later[self._phase_no + max(msg.overlap, 1) + late].append(msg)
             else:
                 self._pending[msg.dst].append(msg)
 
@@ -150,6 +158,17 @@ class Router:
         self._pending = defaultdict(list)
         edges = self._phase_edges
         duration, compute = self.network.phase_time(edges, self._compute)
+        # this phase read overlapped transfers: it waited for any still on the way
+        wait = max(0.0, self._due.pop(self._phase_no - 1, 0.0) - self._clock)
+        for tau, sent in sorted(self._overlap_edges.items()):
+            # sent as the phase started (release 0), alongside its compute
+            arrive, _ = self.network.phase_time(sent, {})
+            due = self._phase_no - 1 + tau
+            self._due[due] = max(self._due.get(due, 0.0), self._clock + wait + arrive)
+            for edge, nbytes in sent.items():
+                edges[edge] = edges.get(edge, 0) + nbytes
+        duration += wait
+        self._clock += duration
         self._round.sim_time_s += duration
         self._round.sim_compute_s += compute
         self._round.sim_comm_s += duration - compute
@@ -158,6 +177,7 @@ class Router:
             self._round.edge_bytes[edge] = self._round.edge_bytes.get(edge, 0) + nbytes
             self.total_edge_bytes[edge] += nbytes
         self._phase_edges = defaultdict(int)
+        self._overlap_edges = {}
 
     def take(self, cids: Iterable[int]) -> dict[int, list[Message]]:
         """Hand out (and forget) the inboxes of ``cids``; a client with no mail gets []."""
@@ -191,6 +211,8 @@ class Router:
             "present": self._present,
             "total_edge_bytes": dict(self.total_edge_bytes),
             "total_bytes": self.total_bytes,
+            # overlapped transfers still on the way: when each phase has what it reads
+            "due": {"clock": self._clock, "phases": dict(self._due)},
         }
 
     def load(self, saved: dict[str, Any]) -> None:
@@ -200,6 +222,8 @@ class Router:
         self._present = saved.get("present")
         self.total_edge_bytes = defaultdict(int, saved["total_edge_bytes"])
         self.total_bytes = saved["total_bytes"]
+        due = saved.get("due") or {"clock": 0.0, "phases": {}}
+        self._clock, self._due = float(due["clock"]), dict(due["phases"])
 
     @property
     def max_edge_bytes_total(self) -> int:

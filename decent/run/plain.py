@@ -209,7 +209,8 @@ def lookup(name: Any, source: str, at: str = "") -> type:
 CLIENT_KEYS = {"model", "state", "generator", "rng_states", "attack"}
 PROCESS_KEYS = {"shared", "base"}
 ROUTER_KEYS = {"router", "lost"}
-ROUTER_FIELDS = {"ready", "later", "phase_no", "present", "total_edge_bytes", "total_bytes"}
+ROUTER_FIELDS = {"ready", "later", "phase_no", "present", "total_edge_bytes", "total_bytes",
+                 "due"}
 
 
 def keys_problem(path: Path, stored: Any) -> str | None:

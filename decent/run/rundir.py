@@ -2,8 +2,9 @@
 
 A run writes into ``<out_dir>/.<id>.partial`` and is renamed to ``<out_dir>/<id>`` when it
 finishes; a run that raises is renamed to ``<id>.failed`` (its metrics so far kept for
-debugging). Bad input is refused before the directory is created. A directory removed or
-replaced while the run writes it stops the run with one line (never re-created half)."""
+debugging), and one stopped by Ctrl-C stays ``.<id>.partial``, to resume. Bad input is
+refused before the directory is created. A directory removed or replaced while the run
+writes it stops the run with one line (never re-created half)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,8 @@ class RunDir:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if identity(self.path) != self.identity:
             return  # removed or replaced under the run: not ours to rename (said already)
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            return  # Ctrl-C: the run is not broken, it stays where `decent resume` finds it
         target = self.final if exc_type is None else self.final.with_name(self.run_id + ".failed")
         try:
             os.replace(self.path, target)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from decent.core.errors import ActorLost, ConfigError
+from decent.core.errors import ActorLost, ConfigError, PhaseError
 from decent.core.stats import reduce_stats
 from decent.engine.config import RunConfig, to_yaml
 from decent.engine.evaluation import evaluated_metrics
@@ -22,7 +23,7 @@ from decent.engine.executor import executor_spec
 from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
 from decent.engine.saved import load_saved_config
-from decent.run import checkpoint
+from decent.run import checkpoint, stops
 from decent.run.rundir import RunDir, Segments, check_out_dir
 from decent.run.summary import summarize
 from decent.run.tracking import Tracker
@@ -91,30 +92,64 @@ def run(cfg: RunConfig, engine: Engine | None = None) -> RunResult:
     """Run ``cfg`` (on ``engine``, e.g. a wrapped one in a test; default: the engine of
     its backend) into a new run directory."""
     plan = check(cfg)
-    rounds = Rounds(cfg, plan, engine)
-    try:
-        with RunDir(cfg.tracking.out_dir, cfg.name) as rd:
-            rd.write_text("config.yaml", to_yaml(cfg))
-            return rounds.run(rd, start=0, rows=[], wandb_id=None)
-    finally:
-        rounds.close()
+    rounds = starting(lambda: Rounds(cfg, plan, engine), cfg)
+    rd = RunDir(cfg.tracking.out_dir, cfg.name)
+
+    def body() -> RunResult:
+        rd.write_text("config.yaml", to_yaml(cfg))
+        return rounds.run(rd, start=0, rows=[], wandb_id=None)
+
+    return within(rd, rounds, body)
 
 
 def resume(run_dir: str | Path, engine: Engine | None = None,
            from_previous: bool = False, trust_imports: bool = False) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint (with ``from_previous``:
     the newest one that verifies): its metrics and final state are those of the run had
-    it never stopped. Everything is verified before anything on disk changes."""
+    it never stopped. Everything is verified before anything on disk changes. A run that
+    Ctrl-C stopped before its first checkpoint runs again from round 0."""
     rd = RunDir.existing(Path(run_dir))
-    chosen, info = checkpoint.select(rd.path, from_previous)
+    chosen: checkpoint.Committed | None = None
+    info: dict[str, Any] = {}
+    if not stops.from_round_zero(rd.path):
+        chosen, info = checkpoint.select(rd.path, from_previous)
     cfg = load_saved_config(rd.path / "config.yaml", trust_imports)
     plan = check(cfg)
-    rounds = Rounds(cfg, plan, engine)
+    rounds = starting(lambda: Rounds(cfg, plan, engine), cfg, rd.path)
+
+    def body() -> RunResult:
+        rows = rounds.go_back(rd, chosen)
+        stops.resumed(rd)
+        return rounds.run(rd, start=0 if chosen is None else chosen.next_round, rows=rows,
+                          wandb_id=info.get("wandb_id"))
+
+    return within(rd, rounds, body)
+
+
+def starting(build: Callable[[], Rounds], cfg: RunConfig, resuming: Path | None = None
+             ) -> Rounds:
+    """``build()``: the engine, built before any run directory is written (data loaded,
+    Ray started). Ctrl-C there says that nothing was written (or ``resuming`` is as it
+    was)."""
+    try:
+        return build()
+    except KeyboardInterrupt:
+        raise stops.before_start(cfg, resuming) from None
+
+
+def within(rd: RunDir, rounds: Rounds, body: Callable[[], RunResult]) -> RunResult:
+    """``body()`` with ``rd`` open; the engine closed after it, however it ends. Ctrl-C
+    leaves ``rd`` resumable and says where it stopped (:func:`stops.interrupted`); a
+    strategy's own error leaves its traceback in the failed directory's ``error.log``."""
     try:
         with rd:
-            rows = rounds.go_back(rd, chosen)
-            return rounds.run(rd, start=chosen.next_round, rows=rows,
-                              wandb_id=info.get("wandb_id"))
+            try:
+                return body()
+            except KeyboardInterrupt as exc:
+                raise stops.interrupted(rd, rounds.at, rounds.cfg, exc) from None
+    except PhaseError as exc:
+        stops.log_error(rd.path, exc)  # rd.path: the <id>.failed directory by now
+        raise
     finally:
         rounds.close()
 
@@ -134,6 +169,7 @@ class Rounds:
 
     def __init__(self, cfg: RunConfig, plan: RunPlan, engine: Engine | None) -> None:
         self.cfg, self.plan = cfg, plan
+        self.at = 0  # the round running, or the next to run (what Ctrl-C reports)
         self.restarts = 0
         self.losses: list[dict[str, Any]] = []  # the actor losses that restarted the run
         self.cross_node_before = 0  # bytes between nodes sent by engines a restart replaced
@@ -212,12 +248,15 @@ class Rounds:
         segment = Segments(rd, start)
         summary: dict[str, Any] | None = None
         every = cfg.checkpoint.every
+        self.at = start
+        bar: tqdm | None = None
         try:
             initial = initial_metrics(cfg, slot.engine, rd, start)
             bar = tqdm(total=cfg.rounds, initial=start, desc=cfg.name, unit="round",
                        disable=not cfg.tracking.progress, dynamic_ncols=True)
             r = start
             while r < cfg.rounds:
+                self.at = r
                 try:
                     row = self.round(r, rows)
                     rows.append(row)
@@ -257,6 +296,8 @@ class Rounds:
                                          sorted(slot.engine.edge_bytes_total().items())})
             rd.write_json("summary.json", summary)
         finally:
+            if bar is not None:  # ends its line, so that what follows (Ctrl-C's) is its own
+                bar.close()
             tracker.close(summary)
         return RunResult(rd.final, summary, rows)
 

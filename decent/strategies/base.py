@@ -183,6 +183,11 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     # torch's SGD or AdamW, so a process may run its clients' steps stacked
     # (execution.mode: batched); batch_note says why a method that cannot, cannot
     batchable: ClassVar[bool] = False
+    # True: the method runs on a directed graph (push-sum: a client sends to its
+    # out-neighbours and hears from its in-neighbours); False: the graph must be undirected
+    directed_graphs: ClassVar[bool] = False
+    # True: the method needs every client to reach every other along directed edges
+    needs_strong_connectivity: ClassVar[bool] = False
     batch_note: ClassVar[str] = ""
     # The phase table, collected from the @phase marks when the class is defined
     phase_table: ClassVar[tuple[Phase, ...]] = ()

@@ -53,6 +53,9 @@ class OuterStepConfig(LocalTrainingConfig):
 
 def outer_optimizer(parameters: Iterable[torch.Tensor],
                     cfg: OuterStepConfig) -> torch.optim.Optimizer:
+    """The server's outer optimiser: SGD over ``parameters`` with ``cfg``'s ``outer_lr``,
+    ``outer_momentum`` and ``outer_nesterov``, stepped with the workers' mean
+    pseudo-gradient (Δ_i = θ − θ_i) as the gradient."""
     return torch.optim.SGD(parameters, lr=cfg.outer_lr, momentum=cfg.outer_momentum,
                            nesterov=cfg.outer_nesterov)
 

@@ -29,7 +29,7 @@ class Inbox(list[Message]):
     @classmethod
     def of(cls, messages: Iterable[Message], cid: int, ctx: Any) -> Inbox:
         """The inbox of ``cid`` in the phase ``ctx`` (a :class:`PhaseContext`)."""
-        return cls(messages, cid, ctx.round, ctx.graph.neighbors[cid])
+        return cls(messages, cid, ctx.round, ctx.graph.in_neighbors[cid])
 
     def newest(self, tag: str | None = None) -> dict[int, Message]:
         """The newest delivered message (of ``tag``, if given) from each of this round's

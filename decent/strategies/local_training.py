@@ -26,6 +26,8 @@ def adamw_betas(default: tuple[float, float] = (0.9, 0.999)) -> Any:
 
 
 def check_betas(betas: list[float], prefix: str) -> None:
+    """Refuse a ``betas`` field that is not AdamW's pair (β1, β2), naming
+    ``{prefix}.betas``: for a config's ``validate``, as the ranges check each value only."""
     if len(betas) != 2:
         raise ConfigError(f"{prefix}.betas", f"AdamW's (β1, β2): give two values, e.g. "
                           f"[0.9, 0.95] (got {list(betas)})")
@@ -74,6 +76,9 @@ class LocalTrainingConfig(StrategyConfig):
 
 
 def make_optimizer(model: torch.nn.Module, cfg: LocalTrainingConfig) -> torch.optim.Optimizer:
+    """The local (inner) optimiser ``cfg`` describes, over the model's trainable tensors:
+    AdamW (``lr``, ``betas``, decoupled ``weight_decay``) or SGD (``lr``, ``momentum``,
+    ``weight_decay`` as L2). Keep it in the client's ``State``: a checkpoint saves it."""
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]),

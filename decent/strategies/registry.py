@@ -14,9 +14,10 @@ from decent.strategies.gasloc import GASLoC
 from decent.strategies.mezo import MeZO
 from decent.strategies.seed_gossip import SeedGossip
 from decent.strategies.seedflood import SeedFlood
+from decent.strategies.sgp import OSGP, SGP
 from decent.strategies.spes import SPES
 
 STRATEGIES = Registry("strategy")
 for _cls in (DSGD, ChocoSGD, FedAvg, DiLoCo, GASLoC, SeedFlood, DZSGD, MeZO, SeedGossip,
-             Combo, SPES, DSO):
+             Combo, SPES, DSO, SGP, OSGP):
     STRATEGIES.register(_cls.name, _cls.Config, _cls)

@@ -10,7 +10,10 @@ optimiser loops of :mod:`decent.strategies.local_training`.
   gradient ∇f_i(x) over it;
 * :func:`mix_with_neighbours` — Σ_j w_ij t_j for any tensors of the state (a tracker, a
   public copy), with the round graph's mixing weights; :func:`average_with_neighbours`
-  is it applied to the model.
+  is it applied to the model;
+* :func:`push_to_out_neighbours` / :func:`sum_received` / :func:`absorb` — push-sum's
+  three steps on a directed graph (column-stochastic mixing,
+  :mod:`decent.strategies.push`).
 
 Every function reads the client's own RNG only where it says so, so it never shifts
 another stream.
@@ -28,11 +31,13 @@ from decent.privacy.gaussian import clipped_mean
 from decent.strategies.base import Client
 from decent.strategies.gossip import average_with_neighbours, mix_with_neighbours
 from decent.strategies.per_example import per_example_gradients
+from decent.strategies.push import absorb, push_to_out_neighbours, sum_received
 from decent.tasks.base import ClientData, Task
 
 Tensors = dict[str, torch.Tensor]
-__all__ = ["average_with_neighbours", "gradient", "mix_with_neighbours", "private_gradient",
-           "shard_batches", "shard_gradient", "stochastic_gradient"]
+__all__ = ["absorb", "average_with_neighbours", "gradient", "mix_with_neighbours",
+           "private_gradient", "push_to_out_neighbours", "shard_batches", "shard_gradient",
+           "stochastic_gradient", "sum_received"]
 
 
 def gradient(client: Client[Any], task: Task,

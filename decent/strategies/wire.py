@@ -13,4 +13,6 @@ WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def wire_dtype_field(default: str = "float32") -> Any:
+    """A config field choosing a key of :data:`WIRE_DTYPES`: the dtype a method casts its
+    dense tensors to for the wire (``params.snapshot(model, WIRE_DTYPES[cfg.wire_dtype])``)."""
     return one_of(tuple(WIRE_DTYPES), default)

@@ -28,6 +28,9 @@ IN_PLACE = InPlaceMeZO()
 
 @dataclass
 class ZOStepConfig(StrategyConfig):
+    """Hyper-parameters of zeroth-order local steps (:func:`zo_steps`), shared by MeZO,
+    DZSGD and seed gossip."""
+
     local_steps: int = at_least(1, 1)  # zeroth-order steps per round
     batch_size: int = at_least(1, 16)  # MeZO's batch
     lr: float = positive(1e-6)  # MeZO's grid: {1e-5, 1e-6}, constant

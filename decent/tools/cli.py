@@ -7,7 +7,7 @@
     decent topo NAME --n 16 [...]            describe a communication graph
     decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
     decent config show CONFIG [key=value ...] the resolved config, every default filled in
-    decent config schema SECTION             a section's fields, defaults and allowed values
+    decent config schema SECTION [--imports F] a section's fields, defaults, allowed values
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from decent.core.errors import ConfigError
+from decent.core.errors import ConfigError, StrategyError
+from decent.tools.stopped import finish, said
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,32 +108,20 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    if args.action == "show":
-        from decent.engine.config import load_config, to_yaml
+    from decent.tools.config_command import config_text
 
-        print(to_yaml(load_config(args.target, args.overrides)), end="")
-        return 0
-    if args.overrides:
-        raise UsageError(f"unrecognized arguments: {' '.join(args.overrides)} (config schema "
-                         "takes one SECTION)")
-    from decent.tools.config_docs import schema_text
-
-    print(schema_text(args.target))
+    print(config_text(args.action, args.target, args.overrides, args.imports), end="")
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from decent.tools.sweep import sweep
+    from decent.tools.sweep_output import closing_lines
 
     index = sweep(args.config, args.grid or [], args.seeds, args.overrides, args.parallel,
-                  args.dir)
-    counts: dict[str, int] = {}
-    for trial in index["trials"]:
-        counts[trial["status"]] = counts.get(trial["status"], 0) + 1
-    print(f"sweep: {len(index['trials'])} trials, "
-          + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-    print(f"sweep directory: {index['dir']}")
-    return 0 if counts.get("failed", 0) == 0 else 1
+                  args.dir, args.metric, lambda line: print(line, flush=True), args.verbose)
+    print("\n".join(closing_lines(index)))
+    return 0 if all(t["status"] == "done" for t in index["trials"]) else 1
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -156,8 +145,8 @@ def report(result: Any) -> None:
 def _topo(args: argparse.Namespace) -> int:
     from decent.topologies import TOPOLOGIES, build_topology, format_summary, summarize
 
-    fields: dict[str, Any] = {"name": args.name, "n": args.n, "weights": args.weights}
-    for key in ("seed", "p", "degree", "rows", "aggregators"):
+    fields: dict[str, Any] = {"name": args.name, "n": args.n}
+    for key in ("seed", "p", "degree", "rows", "aggregators", "weights"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
     if args.round < 0:
@@ -270,6 +259,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--parallel", type=int, help="at most this many trials at a time")
     w.add_argument("--dir", help="sweep directory (default: <out_dir>/<name>-sweep); "
                    "the same directory again continues the sweep")
+    w.add_argument("--metric", help="the metric each trial's line and the closing table "
+                   "show (default: eval.target.metric, else gmp_<the task's first metric>)")
+    w.add_argument("--verbose", action="store_true", help="also Ray Tune's own progress "
+                   "tables and Ray's INFO log")
     w.set_defaults(func=_sweep)
     o = command("report", help="a table and plots from finished runs or sweeps")
     o.add_argument("paths", nargs="+", help="run or sweep directories (searched recursively)")
@@ -343,6 +336,9 @@ def parser() -> argparse.ArgumentParser:
                    help="show: a YAML config file; schema: top, a section (ray, faults, ...) "
                    "or a component (strategy.dsgd, task.sst2, model.mlp)")
     g.add_argument("overrides", nargs="*", help="show: key=value overrides, as for run")
+    g.add_argument("--imports", action="append", default=[], metavar="FILE", help="schema: "
+                   "import this .py file or module first (repeatable), for a component of "
+                   "your own; importing runs its code")
     g.set_defaults(func=_config)
     t = command("topo", help="describe a topology")
     t.add_argument("name")
@@ -352,7 +348,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--degree", type=int, help="degree (random_regular)")
     t.add_argument("--rows", type=int, help="grid rows (meshgrid, torus)")
     t.add_argument("--aggregators", type=int, help="aggregators (two_tier)")
-    t.add_argument("--weights", default="metropolis", help="metropolis | uniform")
+    t.add_argument("--weights", help="metropolis | uniform (default: the graph's own)")
     t.add_argument("--round", type=int, default=0, help="round (time-varying graphs)")
     t.set_defaults(func=_topo)
     return p
@@ -372,7 +368,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; every error a user can cause is one line on stderr and exit code 2."""
+    """Run the command; every error a user can cause is one line on stderr and exit code 2
+    (a strategy's own mistake: 1; Ctrl-C: 130, :mod:`decent.tools.stopped`)."""
     try:
         args = parse(argv)
         return args.func(args)
@@ -380,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: arguments: {exc}", file=sys.stderr)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+    except (KeyboardInterrupt, StrategyError) as exc:  # Ctrl-C, a strategy's own mistake
+        return said(exc)
     except BrokenPipeError:  # the reader left (`decent config show C | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -390,4 +389,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    finish(main)

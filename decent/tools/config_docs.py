@@ -16,6 +16,7 @@ from typing import Any
 
 from decent.core.errors import ConfigError
 from decent.core.field_docs import field_description
+from decent.core.field_types import did_you_mean
 from decent.core.registry import COMPONENT
 from decent.core.schema import CHECK, Check, section_default
 
@@ -117,7 +118,7 @@ def section_rows(section: str) -> list[FieldRow]:
         if f.name == section and nested is not None and COMPONENT not in f.metadata:
             return list(field_rows(type(nested), owner=nested))
     raise ConfigError("section", f"unknown section {section!r}; choose one of: "
-                      f"{', '.join(sections())}")
+                      f"{', '.join(sections())}{did_you_mean(section, sections())}")
 
 
 def _sharing(registry: Any, name: str) -> list[str]:

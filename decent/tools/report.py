@@ -19,8 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from decent.core.errors import ConfigError
+from decent.tools.report_edges import plot_edges
 from decent.tools.report_paired import AT, paired
-from decent.tools.report_plots import plot_edges, plot_metric
+from decent.tools.report_plots import plot_metric
 from decent.tools.report_tables import in_order, label, pivot, table
 from decent.tools.run_records import Run, find_runs, varying_keys
 
@@ -97,6 +98,7 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     for k, (values, runs_of) in enumerate(groups.items()):
         png = f"edges_{k}.png"
         if plot_edges(runs_of[0], folder / png):
-            text.append(f"![bytes per edge, {label(keys, values)}]({png})\n")
+            text.append(f"![bytes per directed edge (row: sender, column: receiver), "
+                        f"{label(keys, values)}]({png})\n")
     (folder / "report.md").write_text("\n".join(text))
     return folder

@@ -1,18 +1,18 @@
 """The report's plots: a metric against bytes, rounds or simulated time (mean ± std over
-seeds per group), and the bytes each edge carried drawn on the graph.
+seeds per group); the per-edge heat map is :mod:`.report_edges`'s.
 
 Every series gets a :class:`Style` from :func:`series_styles`: a colour, a line style and a
 marker, never the same three for two series of one panel (by construction: a colour index
 and a style index per series, and no two series share both). ``facet`` draws one panel per
 value of a config key; ``color`` and ``style`` tie the colour, and the line style and
 marker, to the value of a config key. The legend sits to the right of the panels, outside
-the data, and the figure is saved with ``bbox_inches="tight"`` so it is kept whole. Scripts
+the data, and the figure is saved with ``bbox_inches="tight"`` so it is kept whole. Bytes
+are written in engineering units and no two tick labels overlap (:mod:`.plot_ticks`). Scripts
 that draw their own series (``experiments/combo/sync_time.py``) use the same helpers.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from decent.tools.plot_ticks import bytes_axis, fit_tick_labels
 from decent.tools.report_tables import in_order, label
 from decent.tools.run_records import Run
 
@@ -206,6 +207,8 @@ def metric_figure(groups: dict[tuple, list[Run]], keys: list[str], metric: str, 
             ax.set_title(label([facet], (panel,)), fontsize=9)
         if log_x:
             ax.set_xscale("log")
+        if x == "bytes_total":
+            bytes_axis(ax.xaxis, log_x)
         ax.grid(alpha=0.3)
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
@@ -222,6 +225,7 @@ def metric_figure(groups: dict[tuple, list[Run]], keys: list[str], metric: str, 
     fig.tight_layout()
     order = sorted(handles, key=in_order)
     legend_outside(fig, [handles[o] for o in order], [label(shown, o) for o in order])
+    fit_tick_labels(fig)
     return fig
 
 
@@ -229,40 +233,3 @@ def plot_metric(groups: dict[tuple, list[Run]], keys: list[str], metric: str, x:
                 out: Path, log_x: bool, facet: str | None = None, color: str | None = None,
                 style: str | None = None, shown: list[str] | None = None) -> None:
     save(metric_figure(groups, keys, metric, x, log_x, facet, color, style, shown), out)
-
-
-def plot_edges(run: Run, out: Path) -> bool:
-    """The bytes each edge carried over the run, drawn on the graph; False if the run
-    has no per-edge record."""
-    edges_path = run.path / "edges.json"
-    if not edges_path.is_file():
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import networkx as nx
-
-    per_edge: dict[tuple[int, int], float] = defaultdict(float)
-    for key, nbytes in json.loads(edges_path.read_text()).items():
-        i, j = (int(v) for v in key.split("-"))
-        per_edge[(min(i, j), max(i, j))] += nbytes  # both directions of the link
-    graph = nx.Graph()
-    graph.add_nodes_from(range(int(run.config.get("topology.n", 0))))
-    graph.add_edges_from(per_edge)
-    fig, ax = plt.subplots(figsize=(5.6, 5.0))
-    pos = nx.kamada_kawai_layout(graph) if graph.number_of_nodes() <= 200 else \
-        nx.spring_layout(graph, seed=0)
-    edges = list(per_edge)
-    drawn = nx.draw_networkx_edges(graph, pos, edgelist=edges, ax=ax, width=2.5,
-                                   edge_color=[per_edge[e] for e in edges],
-                                   edge_cmap=plt.cm.viridis, edge_vmin=0.0)
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#444444")
-    fig.colorbar(drawn, ax=ax, label="bytes over the run (both directions)")
-    ax.set_title(f"{run.summary.get('strategy')} on {run.summary.get('topology')}, "
-                 f"{run.path.name}", fontsize=8)
-    ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return True

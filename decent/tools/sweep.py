@@ -16,13 +16,26 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decent.core.errors import ConfigError
 from decent.engine.config import RunConfig, load_config
+from decent.tools.sweep_output import (
+    error_log,
+    line_printer,
+    sweep_metric,
+    trial_label,
+    tune_console,
+    varying_keys,
+)
+
+if TYPE_CHECKING:
+    from decent.run.stops import RunInterrupted
 
 INDEX = "sweep.json"
 
@@ -155,9 +168,13 @@ def write_index(sweep_dir: Path, data: dict[str, Any]) -> None:
 
 
 def sweep(path: str, grid_items: list[str], seeds: int | None, overrides: list[str],
-          parallel: int | None = None, sweep_dir: str | None = None) -> dict[str, Any]:
-    """Run (or continue) a sweep; its index."""
+          parallel: int | None = None, sweep_dir: str | None = None,
+          metric: str | None = None, emit: Callable[[str], None] | None = None,
+          verbose: bool = False) -> dict[str, Any]:
+    """Run (or continue) a sweep; its index. ``emit`` gets one line per trial as it ends
+    (:mod:`.sweep_output`); ``verbose`` brings back Ray Tune's own progress output."""
     base = load_config(path, overrides)
+    metric = sweep_metric(base, metric)
     section = base.sweep
     grid: dict[str, list[Any]] = {k: list(v) for k, v in section.grid.items()}
     grid.update(parse_grid(grid_items))
@@ -184,32 +201,68 @@ def sweep(path: str, grid_items: list[str], seeds: int | None, overrides: list[s
     done = finished(folder)
     todo = [t for t in trials if t.key not in done]
     index = {"config": str(Path(path).resolve()), "grid": grid, "seeds": seeds,
-             "overrides": overrides,
+             "overrides": overrides, "metric": metric,
              "trials": [{"key": t.key, "overrides": list(t.overrides),
                          "run_dir": done.get(t.key), "status": "done" if t.key in done
                          else "pending"} for t in trials]}
     write_index(folder, index)
     if todo:
-        statuses = tune_trials(todo, folder, parallel, base)
+        keys = varying_keys(grid)
+        labels = {t.key: trial_label(t.overrides, keys) for t in todo}
+        printer = line_printer(labels, metric, emit or (lambda line: None))
+        try:
+            logs = tune_trials(todo, folder, parallel, base, printer, verbose)
+        except KeyboardInterrupt as exc:  # Ctrl-C: say what is done, and how to go on
+            raise interrupted(folder, index, exc) from None
         done = finished(folder)
         for entry in index["trials"]:
             entry["run_dir"] = done.get(entry["key"])
-            entry["status"] = "done" if entry["key"] in done else \
-                statuses.get(entry["key"], "failed")
+            entry["status"] = "done" if entry["key"] in done else "failed"
+            if entry["key"] in logs and entry["key"] not in done:
+                entry["log"] = logs[entry["key"]]  # where the failed trial's traceback is
         write_index(folder, index)
     index["dir"] = str(folder)
     return index
 
 
-def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
-                base: RunConfig) -> dict[str, str]:
-    """Run ``trials`` with Ray Tune; each one's final status."""
+def interrupted(folder: Path, index: dict[str, Any], after: BaseException
+                ) -> RunInterrupted:
+    """The index as Ctrl-C left the sweep (the trials that finished done, the others
+    pending: the same command runs them, from their start), and the line that says so."""
+    from decent.run.stops import RunInterrupted
+
+    done = finished(folder)
+    for entry in index["trials"]:
+        entry["run_dir"] = done.get(entry["key"])
+        entry["status"] = "done" if entry["key"] in done else "pending"
+    write_index(folder, index)
+    count = sum(entry["status"] == "done" for entry in index["trials"])
+    return RunInterrupted(f"sweep interrupted: {count} of {len(index['trials'])} trials "
+                          f"done; the same command continues it in {folder} (finished "
+                          "trials are kept, the others run again)", after)
+
+
+def trial_folder(trial: Any) -> str:
+    """A Tune trial's folder, named after its run (Tune's own name holds the whole config,
+    cut short); the trial id keeps a re-run's folder apart from an earlier attempt's."""
+    return f"{trial.config['config']['name']}_{trial.trial_id}"
+
+
+def tune_trials(trials: list[Trial], folder: Path, parallel: int | None, base: RunConfig,
+                printer: Any, verbose: bool = False) -> dict[str, str]:
+    """Run ``trials`` with Ray Tune (``printer``: a Tune callback for every trial's end);
+    the error log of each one that failed. Tune's progress tables and Ray's INFO log are
+    left out unless ``verbose``: the trial lines and the closing table say what they did."""
     from ray import tune
 
     from decent.backends.ray.session import connect
     from decent.engine.config import to_dict
 
-    started = connect(base.ray)
+    # Ctrl-C stops the sweep at once, as it stops a run (decent.run.stops): Tune's own
+    # handler would wind the trials down, marking those it stopped as errors
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+
+    started = connect(base.ray, log_level=logging.INFO if verbose else logging.WARNING)
     try:
         import ray
 
@@ -223,16 +276,16 @@ def tune_trials(trials: list[Trial], folder: Path, parallel: int | None,
             param_space={"config": tune.grid_search([to_dict(t.config) for t in trials]),
                          "cwd": os.getcwd()},
             # a trial actor imports torch once and serves trial after trial
-            tune_config=tune.TuneConfig(max_concurrent_trials=parallel, reuse_actors=True),
+            tune_config=tune.TuneConfig(max_concurrent_trials=parallel, reuse_actors=True,
+                                        trial_dirname_creator=trial_folder),
             run_config=tune.RunConfig(storage_path=str(folder / "tune"), name="trials",
-                                      verbose=1),
+                                      verbose=1 if verbose else 0,
+                                      callbacks=[printer]),
         )
-        results = tuner.fit()
-        statuses = {}
-        for result in results:
-            key = result.config["config"]["name"]
-            statuses[key] = "failed" if result.error else "done"
-        return statuses
+        with tune_console(verbose):
+            results = tuner.fit()
+        return {result.config["config"]["name"]: error_log(result.path)
+                for result in results if result.error}
     finally:
         if started:
             from decent.backends.ray.session import shutdown

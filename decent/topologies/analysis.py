@@ -32,15 +32,26 @@ def diameter(G: nx.Graph) -> float:
     Round graphs of time-varying topologies (e.g. a single matching) are usually
     disconnected, and infinity is the honest answer there rather than an error.
     """
-    if G.number_of_nodes() == 0 or not nx.is_connected(G):
+    if G.number_of_nodes() == 0:
         return math.inf
-    return nx.diameter(G)
+    joined = nx.is_strongly_connected(G) if G.is_directed() else nx.is_connected(G)
+    return nx.diameter(G) if joined else math.inf
 
 
 def summarize(topology: Topology, round: int = 0) -> dict[str, Any]:
-    """Size, degrees, diameter and spectral gap of ``topology`` in ``round``."""
+    """Size, degrees, diameter and spectral gap of ``topology`` in ``round``; on a
+    directed graph the out-degrees, the diameter along the edges' direction, strong
+    connectivity, and the spectral gap of its column-stochastic push matrix."""
     G = topology.graph(round)
-    degrees = [d for _, d in G.degree()]
+    directed = G.is_directed()
+    degrees = [d for _, d in (G.out_degree() if directed else G.degree())]
+    W = topology.mixing_matrix(round)
+    extra = {}
+    if directed:
+        from decent.topologies.directed import push_spectral_gap
+
+        extra = {"directed": True, "strongly_connected": topology.strongly_connected(),
+                 "spectral_gap": push_spectral_gap(W)}
     return {
         "topology": topology.name,
         "n": topology.n,
@@ -52,6 +63,7 @@ def summarize(topology: Topology, round: int = 0) -> dict[str, Any]:
         "weights": topology.weights,
         "time_varying": topology.time_varying,
         "round": round,
+        **extra,
     }
 
 
@@ -62,11 +74,18 @@ def format_summary(d: dict[str, Any]) -> str:
         ("topology", str(d["topology"])),
         ("n", str(d["n"])),
         ("edges", str(d["edges"])),
-        ("degree", f"{d['min_degree']}..{d['max_degree']}"),
+        ("out-degree" if d.get("directed") else "degree",
+         f"{d['min_degree']}..{d['max_degree']}"),
         ("diameter", "∞ (disconnected)" if math.isinf(dia) else str(int(dia))),
         ("spectral gap", f"{d['spectral_gap']:.4g}"),
     ]
-    if "weights" in d:
+    if d.get("directed"):
+        strong = d.get("strongly_connected")
+        rows.insert(3, ("strongly connected", "unknown" if strong is None else
+                        ("yes" if strong else "no (some clients never hear from others)")
+                        + (" over one period of rounds" if d.get("time_varying") else "")))
+        rows.append(("mixing", "push: uniform out-shares (column-stochastic)"))
+    elif "weights" in d:
         rows.append(("weights", str(d["weights"])))
     if d.get("time_varying"):
         note = f"figures are for round {d.get('round', 0)}; the graph is redrawn every round"

@@ -21,6 +21,13 @@ from decent.topologies.config import (
     TopologyConfig,
     TwoTierConfig,
 )
+from decent.topologies.directed import (
+    DirectedConfig,
+    OnePeerExponentialConfig,
+    directed_exponential,
+    directed_ring,
+    one_peer_exponential,
+)
 from decent.topologies.random_graphs import erdos_renyi, one_peer, random_regular, two_peer
 from decent.topologies.shapes import (
     complete,
@@ -49,6 +56,9 @@ for _name, _config, _build in (
     ("two_tier", TwoTierConfig, two_tier),
     ("one_peer", MatchingConfig, one_peer),
     ("two_peer", MatchingConfig, two_peer),
+    ("directed_ring", DirectedConfig, directed_ring),
+    ("directed_exponential", DirectedConfig, directed_exponential),
+    ("one_peer_exponential", OnePeerExponentialConfig, one_peer_exponential),
 ):
     TOPOLOGIES.register(_name, _config, _build)
 

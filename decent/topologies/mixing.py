@@ -50,7 +50,12 @@ def uniform_weights(G: nx.Graph) -> np.ndarray:
 
 
 def mixing_matrix(G: nx.Graph, kind: str) -> np.ndarray:
-    """The mixing matrix named by ``topology.weights``."""
+    """The mixing matrix named by ``topology.weights``; on a directed graph, the
+    column-stochastic push matrix (uniform out-shares: the one push-sum uses)."""
+    if G.is_directed():
+        from decent.topologies.directed import push_matrix
+
+        return push_matrix(G)
     if kind == "metropolis":
         return metropolis_weights(G)
     if kind == "uniform":

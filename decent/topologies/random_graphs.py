@@ -16,7 +16,6 @@ from decent.topologies.config import (
     ErdosRenyiConfig,
     RandomRegularConfig,
     RandomTopologyConfig,
-    is_int,
 )
 from decent.topologies.shapes import empty_graph
 
@@ -56,17 +55,7 @@ def erdos_renyi(cfg: ErdosRenyiConfig) -> nx.Graph:
 
 def random_regular(cfg: RandomRegularConfig) -> nx.Graph:
     """Uniform random ``degree``-regular graph, redrawn until connected."""
-    n, d = cfg.n, cfg.degree
-    if not is_int(d) or not 1 <= d < n:
-        raise ConfigError(
-            "topology.degree", f"random_regular needs an integer 1 ≤ degree < n={n} (got {d!r})"
-        )
-    if (n * d) % 2:
-        raise ConfigError(
-            "topology.degree",
-            f"random_regular needs n·degree even; {n}·{d} is odd — use degree {d - 1} or "
-            f"{d + 1}, or an even n",
-        )
+    n, d = cfg.n, cfg.degree  # degree < n and n·degree even: RandomRegularConfig.validate
     return _connected_draw(
         lambda s: nx.random_regular_graph(d, n, seed=s),
         cfg.seed,

@@ -18,13 +18,17 @@ from decent.topologies.two_tier import Latency, nearest_aggregators, two_tier
 
 
 def snapshot(G: nx.Graph, W: np.ndarray) -> RoundGraph:
-    """The plain-Python view of ``G`` (nodes ``0..n-1``) with mixing matrix ``W`` (n×n)."""
+    """The plain-Python view of ``G`` (nodes ``0..n-1``) with mixing matrix ``W`` (n×n):
+    a row of ``W`` per client on an undirected graph; on a directed one, the column of
+    the push matrix (what client i keeps and sends to each out-neighbour)."""
     n = G.number_of_nodes()
     if W.shape != (n, n):
         raise ValueError(f"mixing matrix has shape {W.shape}, expected ({n}, {n})")
     neighbors = tuple(tuple(sorted(int(j) for j in G.adj[i] if j != i)) for i in range(n))
-    weights = tuple({j: float(W[i, j]) for j in (*neighbors[i], i)} for i in range(n))
-    return RoundGraph(n=n, neighbors=neighbors, weights=weights)
+    directed = G.is_directed()
+    M = W.T if directed else W
+    weights = tuple({j: float(M[i, j]) for j in (*neighbors[i], i)} for i in range(n))
+    return RoundGraph(n=n, neighbors=neighbors, weights=weights, directed=directed)
 
 
 class Topology:
@@ -51,8 +55,9 @@ class Topology:
         if not self.time_varying:
             G = two_tier(cfg, self.assignment) if isinstance(cfg, TwoTierConfig) \
                 else self._build(cfg)
-            if not nx.is_connected(G):
-                k = nx.number_connected_components(G)
+            if not nx.is_weakly_connected(G) if G.is_directed() else not nx.is_connected(G):
+                k = (nx.number_weakly_connected_components(G) if G.is_directed()
+                     else nx.number_connected_components(G))
                 raise ConfigError(
                     "topology",
                     f"{cfg.name} graph is disconnected (components: {k}); clients in "
@@ -82,9 +87,35 @@ class Topology:
         """The ``n×n`` mixing matrix of ``round`` under ``topology.weights``."""
         return self._at(round)[1]
 
-    def diameter(self, round: int = 0) -> int:
-        """Longest shortest path of the round's graph (static graphs are connected)."""
-        return int(nx.diameter(self.graph(round)))
+    def diameter(self, round: int = 0) -> int | None:
+        """Longest shortest path of the round's graph (static undirected graphs are
+        connected); on a directed graph along its edges' direction, None where some
+        client cannot reach another."""
+        G = self.graph(round)
+        if G.is_directed() and not nx.is_strongly_connected(G):
+            return None
+        return int(nx.diameter(G))
+
+    @property
+    def directed(self) -> bool:
+        return bool(self.graph(0).is_directed())
+
+    def strongly_connected(self) -> bool | None:
+        """Whether every client reaches every other along directed edges: in the static
+        graph, or in the union of one period of a time-varying graph's rounds (None:
+        a time-varying graph with no period); undirected graphs are connected."""
+        if not self.directed:
+            return True
+        if not self.time_varying:
+            return bool(nx.is_strongly_connected(self.graph(0)))
+        period = getattr(self.cfg, "period", None)
+        if period is None:
+            return None
+        union = nx.DiGraph()
+        for r in range(period()):
+            union.add_edges_from(self.graph(r).edges)
+        union.add_nodes_from(range(self.n))
+        return bool(nx.is_strongly_connected(union))
 
     def round_graph(self, round: int) -> RoundGraph:
         """The plain-Python view of ``round`` handed to strategies and the router."""
@@ -92,13 +123,18 @@ class Topology:
 
     def facts(self) -> GraphFacts:
         """What a strategy is built from: n, time-varying or not, diameter and degrees."""
+        directed = self.directed
+        strong = self.strongly_connected() if directed else None
         if self.time_varying:
-            return GraphFacts(self.name, self.n, True, None, None)
+            return GraphFacts(self.name, self.n, True, None, None, directed=directed,
+                              strongly_connected=strong)
         G = self.graph(0)
         tiers = None if self.assignment is None else tuple(
             self.assignment.get(v, v) for v in range(self.n))
+        degree = G.out_degree if directed else G.degree
         return GraphFacts(self.name, self.n, False, self.diameter(),
-                          tuple(int(G.degree(i)) for i in range(self.n)), tiers)
+                          tuple(int(degree(i)) for i in range(self.n)), tiers,
+                          directed=directed, strongly_connected=strong)
 
     def __repr__(self) -> str:
         return f"Topology(name={self.name!r}, n={self.n}, time_varying={self.time_varying})"

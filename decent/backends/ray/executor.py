@@ -172,7 +172,7 @@ class RayActors:
                           flush=True)
             self.compute_charge: dict[str, Any] = ray.get(
                 self.actors[0].compute_charge.remote())
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C while the actors start closes them too
             self.close()
             if died(exc) or node_gone(exc):
                 reason = (str(exc).splitlines() or [""])[0]

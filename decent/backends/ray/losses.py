@@ -9,13 +9,19 @@ bad config, a missing file), raised as it is, never taken for a loss.
 A payload in the object store is owned by the actor that put it and lives in its node's
 store: when that actor or node is gone, a live actor that reads it fails with
 :class:`ray.exceptions.ObjectLostError` (``OwnerDiedError`` for a dead owner), wrapped in
-the ``RayTaskError`` of its call. Its actor is not lost; what it was to read is."""
+the ``RayTaskError`` of its call. Its actor is not lost; what it was to read is.
+
+Any other failed call is an error of the run, raised on the driver; decent's own errors
+(a strategy's mistake in a phase, a bad value a user wrote) come out of Ray's wrapper as
+they were raised, so that they read as on the local backend."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import ray
+
+from decent.core.errors import ConfigError, StrategyError
 
 
 def died(exc: BaseException) -> bool:
@@ -28,6 +34,18 @@ def payload_lost(exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.ObjectLostError) or (
         isinstance(exc, ray.exceptions.RayTaskError)
         and isinstance(exc.cause, ray.exceptions.ObjectLostError))
+
+
+def own_error(exc: BaseException) -> BaseException:
+    """The error a failed call stands for: decent's own (a strategy's mistake in a phase,
+    named where it happened; a bad value a user wrote), unwrapped from the
+    ``RayTaskError`` Ray wraps it in, so that it reads as on the local backend; anything
+    else as Ray raised it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, ray.exceptions.RayTaskError) and \
+            isinstance(cause, (ConfigError, StrategyError)):
+        return cause
+    return exc
 
 
 def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
@@ -56,7 +74,7 @@ def gather(calls: dict[int, ray.ObjectRef], first_loss_ends: bool = False
                 unread.append(host)
                 continue
             if not died(exc):
-                raise
+                raise own_error(exc) from None
             lost.append(host)
             if first_loss_ends:
                 break

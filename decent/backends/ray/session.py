@@ -3,6 +3,7 @@ stops) itself, watched so that it dies with the driver."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
@@ -25,19 +26,20 @@ LOCAL_RAY_ENV = {
 DIRECT_CALL_BYTES = 1 << 20
 
 
-def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
+def connect(rc: RayConfig, store_mb: int | None = None, log_level: int = logging.INFO) -> bool:
     """Attach to Ray; True if this call started it (and so should shut it down).
 
     With no address and no ``RAY_ADDRESS`` (which ``ray job submit`` sets) an embedded
     single-machine Ray is started, without dashboard, with an object store of
-    ``store_mb`` (default ``ray.object_store_mb``)."""
+    ``store_mb`` (default ``ray.object_store_mb``). ``log_level``: that of the driver's
+    ``ray`` logger (WARNING: no "Started a local Ray instance" line)."""
     address = rc.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_address(address, "ray.address" if rc.address else "RAY_ADDRESS")
     if ray.is_initialized():
         return False
     if address:
-        ray.init(address=address)
+        ray.init(address=address, logging_level=log_level)
         return True
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
@@ -48,6 +50,7 @@ def connect(rc: RayConfig, store_mb: int | None = None) -> bool:
         address="local",
         num_cpus=rc.num_cpus or os.cpu_count(),
         include_dashboard=False,
+        logging_level=log_level,
         object_store_memory=(store_mb or rc.object_store_mb) * 2**20,
         # arguments and results up to 1 MiB go inline with the call instead of through the
         # object store: an inbox bundle of a few hundred KB is then ~3 ms faster per call
