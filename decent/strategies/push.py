@@ -15,6 +15,7 @@ import torch
 from decent.core.messages import Message, Scalar
 from decent.models import params
 from decent.strategies.base import Client, PhaseContext
+from decent.strategies.gossip import weighted_sum
 from decent.strategies.inbox import Inbox
 from decent.strategies.step_batching import MixRequest
 
@@ -83,9 +84,6 @@ def absorb(client: Client[Any], ctx: PhaseContext, own: float, weight: float,
         ctx.runner(MixRequest(client, keep, weights, numerators))
         return total
     z = params.trainable_params(client.model)
-    mixed = {name: keep * t for name, t in z.items()}
-    for src, x in numerators.items():
-        for name, value in x.items():
-            mixed[name] += weights[src] * value.to(mixed[name].dtype)
+    mixed = weighted_sum(z, keep, weights, numerators)
     params.load(client.model, mixed)
     return total

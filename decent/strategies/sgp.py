@@ -93,6 +93,13 @@ class PushSum(Strategy[SGPState]):
                                            runner=ctx.runner)
         client.stats["push_weight"] = w
 
+    def receive(self, client: Client[SGPState], inbox: Inbox, ctx: PhaseContext,
+                own: float) -> None:
+        """Add the pushes in ``inbox`` to client i's mass, of which it kept ``own``."""
+        numerators, received = sum_received(inbox)
+        state = client.state
+        state.weight = absorb(client, ctx, own, state.weight, numerators, received)
+
 
 class SGP(PushSum):
     name = "sgp"
@@ -107,9 +114,7 @@ class SGP(PushSum):
 
     @phase()
     def gossip(self, client: Client[SGPState], inbox: Inbox, ctx: PhaseContext) -> None:
-        numerators, received = sum_received(inbox)
-        state = client.state
-        state.weight = absorb(client, ctx, state.kept, state.weight, numerators, received)
+        self.receive(client, inbox, ctx, client.state.kept)
 
 
 class OSGP(PushSum):
@@ -120,8 +125,7 @@ class OSGP(PushSum):
     def step(self, client: Client[SGPState], inbox: Inbox,
              ctx: PhaseContext) -> list[Message]:
         state = client.state
-        numerators, received = sum_received(inbox)  # what was pushed τ rounds ago
-        state.weight = absorb(client, ctx, 1.0, state.weight, numerators, received)
+        self.receive(client, inbox, ctx, 1.0)  # what was pushed τ rounds ago
         messages, kept = push_to_out_neighbours(client, ctx, state.weight,
                                                 overlap=self.cfg.overlap)
         # x_i ← p_ii x_i and w_i ← p_ii w_i: z_i is unchanged, only the weight shrinks
