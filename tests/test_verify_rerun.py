@@ -139,6 +139,13 @@ def test_a_record_keeps_its_cpu_kernels_and_a_rerun_uses_them(record, tmp_path, 
     (elsewhere / "segments.json").write_text(json.dumps(segments))
     assert kernels_wanted(elsewhere) == other
     assert kernels_wanted(elsewhere, "avx2") == "avx2"  # the user's choice wins
+    planted = tmp_path / "planted"
+    shutil.copytree(elsewhere, planted)
+    segments[0]["environment"]["cpu_kernels"] = "avx2 --trust-imports"
+    (planted / "segments.json").write_text(json.dumps(segments))
+    with pytest.raises(ConfigError, match="records CPU kernels 'avx2 --trust-imports'"):
+        kernels_wanted(planted)
+    segments[0]["environment"]["cpu_kernels"] = other
     # in this process, which runs other kernels: refused, naming the variable to set
     monkeypatch.delenv(KERNELS_VARIABLE, raising=False)
     with pytest.raises(ConfigError, match=f"start it with {KERNELS_VARIABLE}={other}"):

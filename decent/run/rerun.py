@@ -34,7 +34,12 @@ def kernels_wanted(run_dir: str | Path, cpu_kernels: str | None = None) -> str |
             raise ConfigError("--cpu-kernels", f"must be one of {', '.join(KERNEL_SETS)} "
                               f"(got {cpu_kernels!r})")
         return cpu_kernels
-    return environment.recorded_kernels(recorded_segments(Path(run_dir).expanduser()))
+    recorded = environment.recorded_kernels(recorded_segments(Path(run_dir).expanduser()))
+    if recorded is not None and recorded not in KERNEL_SETS:
+        # a record names the kernels a new process is told to use: only torch's own names
+        raise ConfigError("run_dir", f"{Segments.FILE} records CPU kernels {recorded!r}, not "
+                          f"one of {', '.join(KERNEL_SETS)}; give --cpu-kernels")
+    return recorded
 
 
 def command_line(run_dir: str | Path, kernels: str, rounds: int | None = None,
