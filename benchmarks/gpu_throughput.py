@@ -14,6 +14,7 @@ float32 and bfloat16.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def main() -> None:
@@ -32,7 +33,9 @@ def main() -> None:
         workloads = throughput.GPU_SLICE if args.slice else throughput.GPU_WORKLOADS
     else:
         device, where, workloads = "cpu", "CPU (1 thread)", throughput.CPU_WORKLOADS
-    rows = throughput.run(workloads, device, args.rounds, say=lambda line: None)
+    # each row on stderr as it finishes, so a long run shows where it is
+    rows = throughput.run(workloads, device, args.rounds,
+                          say=lambda line: print(line, file=sys.stderr, flush=True))
     print(throughput.table(rows, where))
 
 

@@ -183,6 +183,35 @@ def test_a_later_run_builds_its_clients_in_the_earlier_runs_processes(tmp_path, 
         fresh.close()
 
 
+def test_kept_processes_of_another_shape_make_room_for_a_run_that_needs_their_cpus(
+        tmp_path, ray_session):
+    """Kept hosts that reserve CPUs (or a GPU share) are killed when a run of another
+    shape starts: Ray would queue its actors until those resources were free, for ever
+    (a host of 2 CPUs kept on this 2-CPU Ray, then one of half a CPU)."""
+    import threading
+
+    from decent.backends.ray import warm
+
+    base = {**tiny(tmp_path, rounds=1, topology={"name": "ring", "n": 4}), "backend": "ray"}
+    whole = engine_for(from_dict({**base, "ray": {"clients_per_actor": 4,
+                                                  "num_cpus_per_actor": 2}}))
+    whole.close()
+    held = [k for k in warm._IDLE if k[2:] == (2, 0.0)]
+    assert [warm.idle(k) for k in held] == [1]  # kept, holding both CPUs
+    started: list = []
+    halves = from_dict({**base, "ray": {"clients_per_actor": 4, "num_cpus_per_actor": 0.5}})
+    starting = threading.Thread(target=lambda: started.append(engine_for(halves)),
+                                daemon=True)
+    starting.start()
+    starting.join(timeout=60)
+    assert started, "the run of half-CPU actors still waits for the kept ones' CPUs"
+    try:
+        assert warm.idle(held[0]) == 0
+        assert len(started[0].executor.actors) == 1
+    finally:
+        started[0].close()
+
+
 def test_an_executor_registered_from_a_users_file_runs_the_run(folder, monkeypatch, capsys):
     """``backend:`` names a registered executor: one a config's ``imports:`` file
     registers runs the run (here: the in-process one, counting its phases), and an

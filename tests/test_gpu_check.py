@@ -40,9 +40,10 @@ def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, mo
 
     outcomes = run_checks("cpu", 0, [gpu_check.fractional_actors,
                                      gpu_check.subcge_on_device,
-                                     gpu_check.defaults_on_shared_gpu, broken],
+                                     gpu_check.defaults_on_shared_gpu,
+                                     gpu_check.push_sum_on_device, broken],
                           say=said.append)
-    fractional, subcge, defaults, failed = outcomes
+    fractional, subcge, defaults, push_sum, failed = outcomes
     assert fractional.passed, fractional.figures
     assert fractional.figures.startswith("4 actors × 0 GPU; Ray ≡ local on cpu: "
                                          "bit-identical; |Δ| from CPU ≤ 0")
@@ -53,15 +54,22 @@ def test_the_checks_rehearsed_on_cpu_pass_and_a_broken_one_fails(ray_session, mo
     assert defaults.passed, defaults.figures
     assert defaults.figures.startswith("4 actors × 0 GPU, memory plan on, ~4 MB payloads; "
                                        "path: object store; Ray ≡ local: bit-identical; probe ")
+    # SGP and OSGP on a directed graph, batched: Ray ≡ local, sequential within 1e-5
+    assert push_sum.passed, push_sum.figures
+    assert [part.split(",")[0] for part in push_sum.figures.split("; ")] == [
+        "sgp: Ray ≡ local bit-identical", "osgp: Ray ≡ local bit-identical"]
     assert failed == Outcome("broken", False, "raised RuntimeError: CUDA error: an illegal "
                              "memory access was encountered")
     assert [line.split(" (")[0] for line in said] == [
         "fractional GPU actors: pass", "SubCGE on cpu: pass", "defaults on shared GPU: pass",
-        "broken: FAIL"]
+        "push-sum batched on cpu: pass", "broken: FAIL"]
+    # a failure's figures come with its line: a run cut short never prints the table
+    assert said[-1].endswith("): raised RuntimeError: CUDA error: an illegal memory access "
+                             "was encountered")
     printed = table(outcomes, "a CPU").splitlines()
     assert printed[0] == "GPU acceptance on a CPU"
     assert printed[3].split()[:2] == ["SubCGE", "on"] and " pass " in printed[3]
-    assert " FAIL " in printed[5]
+    assert " FAIL " in printed[6]
     # a replica that differs is seen
     assert not gpu_check.identical_replicas({0: np.zeros(3), 1: np.array([0, 0, 1e-7])})
 

@@ -63,6 +63,23 @@ def test_actors_on_different_gpus_get_nccl(tmp_path, nodes, per_actor):
     assert layout.note is None
 
 
+@pytest.mark.parametrize(("gpus", "per_actor", "wanted"), [
+    (1.0, 0.25, "auto"),  # one quarter-GPU actor: auto asks for NCCL
+    (0.0, 0.0, "rdt"),  # one CPU actor, RDT (Gloo) asked for by name
+])
+def test_one_actor_moves_no_payload_between_actors_so_no_rdt_group(tmp_path, gpus,
+                                                                   per_actor, wanted):
+    """Every client in one actor: nothing crosses between actors, so no collective group
+    of one rank; said in one line."""
+    cfg = cfg_for(tmp_path, n=4, num_gpus_per_actor=per_actor, clients_per_actor=4,
+                  payload_transport=wanted)
+    layout = plan_layout(cfg, ClusterFacts((node("a", gpus=gpus),)))
+    assert len(layout.nodes) == 1 and layout.transport is None
+    assert layout.note == ("payloads: the object store, not RDT over "
+                           f"{'NCCL' if gpus else 'Gloo'}: one actor holds every client, so "
+                           "no payload moves between actors")
+
+
 def test_ray_assigned_ids_that_share_a_gpu_fall_back_to_the_object_store(capsys):
     planned = "nccl"
     assert RayActors.confirm_transport(planned, [("n1", [0]), ("n2", [0])]) == "nccl"

@@ -22,6 +22,9 @@ machine at hand, and a table of pass / fail with the figures behind each.
    backend: the clients share the frozen weights), the peak GPU memory of one round against
    the memory planner's estimate (the probe's model and per-client figures); passes within
    a factor of 2 either way (activations and CUDA's workspace are not planned).
+6. **push-sum batched** — SGP and OSGP on the one-peer exponential graph (directed),
+   clients batched on the GPU: Ray with 2 actors of 4 bit-identical to the local run,
+   the sequential run within batched's stated 1e-5, and bytes counted equal in all three.
 
 Then a short slice of the throughput benchmark (``benchmarks/gpu_throughput.py``):
 sequential against batched clients for one workload of each family, in float32 and
@@ -161,6 +164,47 @@ def subcge_on_device(out: Path, device: str, gpus: int) -> Outcome:
                    f"replicas identical: {'yes' if replicas else 'no'}")
 
 
+def largest_relative_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
+    """The largest difference between two runs' float metrics, relative to the larger."""
+    return max((abs(float(x[k]) - float(y[k])) / max(abs(float(x[k])), abs(float(y[k])), 1e-12)
+                for x, y in zip(a, b, strict=True)
+                for k in x if isinstance(x[k], float) and k in y), default=0.0)
+
+
+def counted(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What the router counts exactly, row by row: bytes, messages, the largest edge."""
+    return [(r.get("bytes"), r.get("messages"), r.get("max_edge_bytes")) for r in rows]
+
+
+def push_sum_on_device(out: Path, device: str, gpus: int) -> Outcome:
+    """SGP and OSGP on the one-peer exponential graph (directed, one out-peer a round),
+    their clients batched on the device: Ray's 2 actors of 4 ≡ the local run bit for bit
+    (the same kernels on the same device), the sequential run within batched's stated
+    tolerance (1e-5 relative: the stacked kernels sum in another order), and the bytes,
+    messages and largest edge equal exactly in all three."""
+    share = 0.5 if device == "cuda" else 0.0
+    passed, said = True, []
+    for name in ("sgp", "osgp"):
+        def run_of(arm: str, mode: str, name: str = name) -> RunConfig:
+            return config(out / f"{name}-{arm}", device, rounds=3,
+                          topology={"name": "one_peer_exponential", "n": 8},
+                          strategy={"name": name, "local_steps": 2, "batch_size": 16,
+                                    "lr": 0.1},
+                          execution={"mode": mode})
+        batched = finish(run_of("batched", "batched"))
+        one_by_one = finish(run_of("sequential", "sequential"))
+        ray_run = finish(on_ray(run_of("ray", "batched"), num_gpus_per_actor=share,
+                                clients_per_actor=4))
+        same = ray_run.rows == batched.rows
+        apart = largest_relative_difference(one_by_one.rows, batched.rows)
+        exact = counted(batched.rows) == counted(one_by_one.rows) == counted(ray_run.rows)
+        passed = passed and same and apart <= 1e-5 and exact
+        said.append(f"{name}: Ray ≡ local {'bit-identical' if same else 'DIFFER'}, "
+                    f"sequential within {apart:.2g} rel., bytes "
+                    f"{'equal' if exact else 'DIFFER'}")
+    return Outcome("push-sum batched on " + device, passed, "; ".join(said))
+
+
 def rdt_payloads(out: Path, device: str, gpus: int) -> Outcome:
     if device == "cuda" and gpus < 2:
         return Outcome("RDT over NCCL", None,
@@ -243,7 +287,7 @@ def seedflood_memory(out: Path, device: str, gpus: int) -> Outcome:
 
 CHECKS: list[Callable[[Path, str, int], Outcome]] = [
     fractional_actors, subcge_on_device, rdt_payloads, defaults_on_shared_gpu,
-    seedflood_memory]
+    seedflood_memory, push_sum_on_device]
 
 
 def run_checks(device: str, gpus: int, checks: list[Callable[..., Outcome]] | None = None,
@@ -267,7 +311,10 @@ def run_checks(device: str, gpus: int, checks: list[Callable[..., Outcome]] | No
                     outcome = Outcome(check_fn.__name__.replace("_", " "), False,
                                       f"raised {last}")
                 outcomes.append(outcome)
-                say(f"{outcome.name}: {verdict(outcome)} ({time.monotonic() - began:.0f} s)")
+                # a failure's figures at once: a run cut short never prints the table
+                said = "" if outcome.passed is not False else f": {outcome.figures}"
+                say(f"{outcome.name}: {verdict(outcome)} ({time.monotonic() - began:.0f} s)"
+                    + said)
     finally:
         if started_ray:
             shutdown()

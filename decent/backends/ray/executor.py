@@ -129,6 +129,8 @@ class RayActors:
         self.warm_key = (warm.shape_key(rc.num_cpus_per_actor, rc.num_gpus_per_actor)
                          if rc.reuse_actors and wanted is None and not self.started_ray
                          and not several else None)
+        # kept hosts of another shape hold CPUs or GPU shares these actors may need
+        warm.make_room(self.warm_key)
         started: list[Any] = []  # what to wait on: each host's set-up
 
         def host(*setup: Any, **kw: Any) -> Any:

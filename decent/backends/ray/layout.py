@@ -183,10 +183,18 @@ def pack_gpus(rc: RayConfig, nodes: list[str | None]) -> list[int | None]:
     return out
 
 
+TRANSPORT_NAMES = {"nccl": "NCCL", "gloo": "Gloo"}
+
+
 def choose_transport(rc: RayConfig, nodes: list[str | None], gpus: list[int | None]
                      ) -> tuple[str | None, str | None]:
     """The RDT transport and, where it is not the one asked for, the line saying why."""
     wanted = requested_transport(rc)
+    if wanted is not None and len(nodes) < 2:
+        # one actor holds every client: no payload moves between actors, so a collective
+        # group of one rank would be all cost (and its actor could never be a kept one)
+        return None, (f"payloads: the object store, not RDT over {TRANSPORT_NAMES[wanted]}: "
+                      "one actor holds every client, so no payload moves between actors")
     if wanted != "nccl":
         return wanted, None
     count = Counter(zip(nodes, gpus, strict=True))

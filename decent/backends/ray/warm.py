@@ -15,6 +15,7 @@ its actors when the trial ends."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -48,6 +49,20 @@ def start(key: Hashable | None, fresh: Callable[[], Any], *setup: Any,
         return host, host.setup.remote(*setup, **kw)
     host = fresh()
     return host, host.ready.remote()
+
+
+def make_room(key: Hashable | None) -> int:
+    """Kill the kept hosts of every other shape that reserve CPUs or a GPU share: Ray
+    queues an actor until its resources are free, so a run of another shape (a quarter
+    GPU after a half, or any RDT run, whose hosts are never kept) would wait for them for
+    ever. Hosts that reserve nothing block no one and stay. How many were killed."""
+    killed = 0
+    for other in [k for k in _IDLE if k != key and isinstance(k, tuple) and any(k[2:])]:
+        for host in _IDLE.pop(other):
+            with contextlib.suppress(Exception):  # a handle of an earlier Ray job
+                ray.kill(host)
+            killed += 1
+    return killed
 
 
 def keep(key: Hashable | None, hosts: list[Any]) -> int:
