@@ -23,12 +23,12 @@ from decent.backends.ray.memory_plan import (
 )
 from decent.backends.ray.placement import balanced, groups_for, placement
 from decent.core.errors import ConfigError, StrategyError
-from decent.engine.config import from_dict
+from decent.engine.config import from_dict, to_dict
 from decent.engine.group import ClientGroup
 from decent.engine.plan import build_plan
 from decent.strategies.registry import STRATEGIES
 from decent.tools.sweep import Trial, size_actors
-from tests.helpers import engine_for, method_config, rows_and_vectors, rows_and_vectors_on, tiny
+from tests.helpers import engine_for, method_config, tiny
 
 LORA = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
         "target_modules": ["q_proj", "v_proj"]}
@@ -70,25 +70,6 @@ def test_a_strategy_that_writes_its_frozen_weights_shares_nothing(tmp_path):
                                "max_tokens": 4_000, "max_eval_sequences": 4},
                          model={"name": "causal_lm", "path": "tiny-llama"}))
     assert ClientGroup(cfg, [0], torch.device("cpu"), build_plan(cfg)).shareable() == {}
-
-
-def test_frozen_weights_are_one_copy_and_results_stay_bit_identical(tmp_path, ray_session):
-    base = lora_lm(tmp_path, n=4, rounds=2)
-    local_rows, local_vectors = rows_and_vectors(from_dict(base))
-    ray_cfg = from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": 2}})
-    backend = engine_for(ray_cfg)  # its layout checked, then the run on it
-    try:
-        group = ClientGroup(ray_cfg, [0], torch.device("cpu"), build_plan(ray_cfg))
-        frozen_bytes = sum(t.numel() * t.element_size() for t in group.shareable().values())
-        assert backend.layout["ray_shared_frozen_mb"] == round(frozen_bytes / MB, 1) > 0
-        assert backend.layout["ray_actors"] == 2
-    except BaseException:
-        backend.close()
-        raise
-    rows, vectors = rows_and_vectors_on(backend, ray_cfg)
-    assert rows == local_rows
-    for cid, vec in local_vectors.items():
-        np.testing.assert_array_equal(vectors[cid], vec)
 
 
 # ---------------------------------------------------------------- the planner's arithmetic
@@ -268,7 +249,9 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
     client); FedAvg on a star of 32 workers, whose server's actor decodes 32 models a
     round (105 MB) where the other decodes 16 (the object-store pages of the 32 models it
     puts and fetches are not modelled: 25 %; without the graph's degrees the server's
-    actor was estimated a third under); and tiny-llama with LoRA, its base shared."""
+    actor was estimated a third under); and tiny-llama with LoRA, its base shared: one
+    copy of the frozen weights in the object store, and every client's final state the
+    local run's, bit for bit."""
     if case == "digits":
         cfg = tiny(tmp_path, topology={"name": "ring", "n": 32},
                    strategy={"name": "dsgd", "local_steps": 1, "batch_size": 8, "lr": 0.01,
@@ -291,11 +274,26 @@ def test_the_estimate_is_within_tolerance_of_each_actors_measured_memory(
         measured = [m["pss"] for m in ray_session.get([a.memory_mb.remote()
                                                        for a in backend.executor.actors])]
         estimates = backend.executor.planned.memory.actors_pss_mb
+        vectors = backend.client_vectors()
     finally:
         backend.close()
     assert backend.executor.planned.memory.actor_pss_mb == max(estimates)
     for pss, estimate in zip(measured, estimates, strict=True):
         assert abs(pss - estimate) <= tolerance * pss, (measured, estimates)
+    if case == "lora":
+        group = ClientGroup(cfg, [0], torch.device("cpu"), build_plan(cfg))
+        frozen_bytes = sum(t.numel() * t.element_size() for t in group.shareable().values())
+        assert backend.layout["ray_shared_frozen_mb"] == round(frozen_bytes / MB, 1) > 0
+        assert backend.layout["ray_actors"] == 2
+        local = local_engine(from_dict({**to_dict(cfg), "backend": "local"}))
+        try:
+            for r in range(3):
+                local.run_round(r)
+            local_vectors = local.client_vectors()
+        finally:
+            local.close()
+        for cid, vec in local_vectors.items():
+            np.testing.assert_array_equal(vectors[cid], vec)
 
 
 # ---------------------------------------------------------------- sweeps
