@@ -3,7 +3,7 @@ arithmetic and its estimate against measured actor memory, refusal of a run that
 fit, and ``clients_per_actor: auto`` in sweeps."""
 
 import math
-import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -96,20 +96,14 @@ def test_a_language_models_probe_runs_apart_and_measures_what_it_would_here(tmp_
     """The driver of a language-model run on Ray probes in a process of its own, so it
     never imports transformers: the footprint is the in-process one, exactly, and a user
     error in it comes back as the same one-line error."""
-    import subprocess
-    import sys
-
     cfg = from_dict(lora_lm(tmp_path))
-    box = tmp_path / "cfg.pkl"
-    box.write_bytes(pickle.dumps(cfg))
-    code = ("import pickle, sys; from decent.backends.ray.memory_plan import probe_apart; "
-            "from decent.engine.plan import build_plan; "
-            "c = pickle.loads(open(sys.argv[1], 'rb').read()); f = probe_apart(c, build_plan(c)); "
-            "print(repr(f)); print('transformers' in sys.modules, 'peft' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(box)], check=True,
-                         capture_output=True, text=True).stdout.splitlines()
-    assert out[-2] == repr(probe(cfg, build_plan(cfg)))
-    assert out[-1] == "False False"
+    with monkeypatch.context() as apart:  # as a driver that has not imported them
+        for name in ("transformers", "peft"):
+            apart.delitem(sys.modules, name, raising=False)
+        found = probe_apart(cfg, build_plan(cfg))
+        imported = [name for name in ("transformers", "peft") if name in sys.modules]
+    assert imported == []
+    assert repr(found) == repr(probe(cfg, build_plan(cfg)))
 
     # found only once the model is built: a module LoRA cannot adapt (apart, as from a
     # driver that has not imported transformers)
@@ -146,7 +140,6 @@ def test_a_probe_process_that_dies_is_one_line(tmp_path, monkeypatch, suicide, s
     """The probe's process killed (as the out-of-memory killer does) or crashed before it
     wrote its footprint: one line naming ray.memory_plan, not a traceback."""
     import subprocess
-    import sys
 
     real = subprocess.run
     monkeypatch.delitem(sys.modules, "transformers", raising=False)
