@@ -53,7 +53,7 @@ def absent_data(record: Path) -> str | None:
 
 
 @pytest.mark.parametrize("family", sorted(RECORDS))
-def test_a_committed_record_reruns_exactly(family, monkeypatch):
+def test_a_committed_record_reruns_as_it_was_made(family, monkeypatch):
     """Bit for bit on the kernels that made it; on a CPU with others, to its last bits."""
     record = ROOT / "experiments" / RECORDS[family]
     missing = absent_data(record)
