@@ -30,8 +30,8 @@ from decent.core.registry import (
     COMPONENT,
     component,
     config_error,
+    merged_over,
     resolve_components,
-    structured,
 )
 from decent.core.schema import (
     CHECK,
@@ -284,9 +284,8 @@ def from_layers(*layers: Any) -> RunConfig:
     # the sections of registered parts (topology, faults.attack) are merged apart from the
     # schema, whose default variant would refuse another variant's fields
     given = take_components(plain, RunConfig)
-    schema = structured(RunConfig)
     try:
-        merged = OmegaConf.merge(schema, *(OmegaConf.create(raw) for raw in plain))
+        merged = merged_over(RunConfig, *(OmegaConf.create(raw) for raw in plain))
         cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise config_error(exc, "", RunConfig) from None
