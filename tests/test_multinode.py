@@ -24,6 +24,7 @@ def bed(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_actors_spread_over_both_worker_nodes_and_equal_the_local_run(bed):
     spread = bed["spread"]
     assert spread["ray_nodes"] == 2
@@ -38,6 +39,7 @@ def test_actors_spread_over_both_worker_nodes_and_equal_the_local_run(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_pack_lays_half_cpu_actors_on_one_node_and_strict_spread_refuses(bed):
     assert bed["pack_half_cpu"] == 1
     # each bundle also reserves the memory the plan gives its actor, out of each node's
@@ -49,6 +51,7 @@ def test_pack_lays_half_cpu_actors_on_one_node_and_strict_spread_refuses(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_a_node_without_the_memory_for_its_actor_is_refused_naming_it(bed):
     small = bed["small_node"]
     assert small["said"].startswith(f"ray.clients_per_actor: node 127.0.0.1 "
@@ -61,6 +64,7 @@ def test_a_node_without_the_memory_for_its_actor_is_refused_naming_it(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_shared_frozen_weights_are_one_copy_per_node(bed):
     """4 LoRA actors, 2 on each worker, share one frozen base: each worker's object store
     holds exactly one copy, which its two actors map."""
@@ -70,6 +74,7 @@ def test_shared_frozen_weights_are_one_copy_per_node(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("method", ["dsgd", "fedavg", "combo"])
 def test_a_node_removed_under_churn_crashes_its_clients_and_the_run_goes_on(bed, method):
     """8 rounds, checkpoints every 2, the node of clients 2 and 3 removed once 4 rounds are
@@ -88,6 +93,7 @@ def test_a_node_removed_under_churn_crashes_its_clients_and_the_run_goes_on(bed,
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_seedflood_losing_a_node_under_churn_is_one_line(bed):
     said = bed["lose_seedflood_churn"]["said"]
     assert re.fullmatch(r"churn: client 2 crashes at round \d+, but strategy 'seedflood' "
@@ -97,6 +103,7 @@ def test_seedflood_losing_a_node_under_churn_is_one_line(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("method", ["dsgd", "seedflood"])
 def test_a_node_removed_under_restart_ends_as_the_local_run(bed, method):
     """Back to the last checkpoint, on the node left: the local run, bit for bit."""
@@ -108,6 +115,7 @@ def test_a_node_removed_under_restart_ends_as_the_local_run(bed, method):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_two_nodes_lost_one_while_the_restart_plans_ends_as_the_local_run(bed):
     """No node added back: the restart plans over the workers that answer (a second one
     removed while it plans), fewer actors with more clients, and the local run's rows."""
@@ -117,6 +125,7 @@ def test_two_nodes_lost_one_while_the_restart_plans_ends_as_the_local_run(bed):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_a_run_whose_driver_was_killed_resumes_on_the_cluster_as_the_local_run(bed):
     resumed = bed["resumed"]
     assert resumed["exit"] == -9 and 5 <= resumed["rows_when_killed"] < 16
