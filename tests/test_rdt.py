@@ -310,3 +310,31 @@ def test_no_rdt_here_falls_back_to_the_object_store_with_one_line(tmp_path, ray_
             "torch_gloo backend); using the object store") in capsys.readouterr().out
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["ray_payload_path"] == "object store"
+
+
+def test_a_transfer_that_never_came_is_a_lost_payload_not_an_error_of_the_run(ray_session):
+    """A sender killed once its call has returned leaves its receiver waiting on the
+    transfer until RDT's store gives up with its own TimeoutError: that call read a lost
+    payload (the run goes back to its checkpoint), where any other TimeoutError is the
+    run's own error, raised."""
+    from ray.experimental.rdt.rdt_store import RDTStore
+
+    from decent.backends.ray.losses import gather
+
+    @ray_session.remote(num_cpus=0, max_retries=0)
+    def receive(obj_id):  # what a receiver's wait on a transfer from a dead sender does
+        return RDTStore().wait_and_pop_object(obj_id, timeout=0.01)
+
+    @ray_session.remote(num_cpus=0, max_retries=0)
+    def times_out():
+        raise TimeoutError("a strategy's own wait")
+
+    @ray_session.remote(num_cpus=0, max_retries=0)
+    def fine():
+        return 7
+
+    got, lost, unread = gather({0: fine.remote(), 1: receive.remote("abc")},
+                               first_loss_ends=True)
+    assert (got, lost, unread) == ({0: 7}, [], [1])
+    with pytest.raises(TimeoutError, match="a strategy's own wait"):
+        gather({0: times_out.remote()})

@@ -9,7 +9,10 @@ bad config, a missing file), raised as it is, never taken for a loss.
 A payload in the object store is owned by the actor that put it and lives in its node's
 store: when that actor or node is gone, a live actor that reads it fails with
 :class:`ray.exceptions.ObjectLostError` (``OwnerDiedError`` for a dead owner), wrapped in
-the ``RayTaskError`` of its call. Its actor is not lost; what it was to read is.
+the ``RayTaskError`` of its call. Its actor is not lost; what it was to read is. Over Ray
+Direct Transport, a payload whose sender died after its call returned never arrives: the
+receiver's call fails with RDT's ``TimeoutError`` (its object "not found in RDT object
+store"), and that too is a payload lost, not an error of the run.
 
 Any other failed call is an error of the run, raised on the driver; decent's own errors
 (a strategy's mistake in a phase, a bad value a user wrote) come out of Ray's wrapper as
@@ -29,11 +32,18 @@ def died(exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.RayActorError) and not exc.actor_init_failed
 
 
+# what RDT's store says when a transfer to the receiving actor never came
+RDT_NEVER_CAME = "not found in RDT object store"
+
+
 def payload_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says a payload the call read was lost with the actor that owned it."""
-    return isinstance(exc, ray.exceptions.ObjectLostError) or (
-        isinstance(exc, ray.exceptions.RayTaskError)
-        and isinstance(exc.cause, ray.exceptions.ObjectLostError))
+    """Whether ``exc`` says a payload the call read was lost with the actor that owned it
+    (from the object store, or over RDT from a sender that died once its call returned)."""
+    if isinstance(exc, ray.exceptions.ObjectLostError):
+        return True
+    cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
+    return isinstance(cause, ray.exceptions.ObjectLostError) or (
+        isinstance(cause, TimeoutError) and RDT_NEVER_CAME in str(cause))
 
 
 def own_error(exc: BaseException) -> BaseException:
