@@ -49,7 +49,10 @@ class Paced(DSGD):
     def local(self, client, inbox, ctx):
         if client.cid == 0 and ctx.round == int(os.environ.get("PACED_WAIT_ROUND", -1)):
             Path(os.environ["PACED_WAITING"]).touch()
-            time.sleep(120)
+            # short sleeps: Python raises KeyboardInterrupt between two at the latest,
+            # even where a signal does not cut a sleep short (one taken by another thread)
+            for _ in range(1200):
+                time.sleep(0.1)
         return super().local(client, inbox, ctx)
 
 
@@ -98,13 +101,20 @@ def test_ctrl_c_stops_a_run_in_one_line_and_resume_gives_the_uninterrupted_rows(
                             env={**os.environ, "PACED_WAIT_ROUND": "3",
                                  "PACED_WAITING": str(waiting)})
     try:
-        deadline = time.monotonic() + 60
+        # bounds a hang only: a CLI start and 3 rounds take ~60 s on a busy 2-core box
+        deadline = time.monotonic() + 240
         while not waiting.exists():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the run never reached round 3"
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # what it said, for what held it up
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"still running 60 s after Ctrl-C: {out[-1500:]}"
+                                 f"{err[-1500:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
