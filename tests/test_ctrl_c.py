@@ -94,8 +94,13 @@ def test_ctrl_c_stops_a_run_in_one_line_and_resume_gives_the_uninterrupted_rows(
     (folder / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     waiting = folder / "waiting"
     decent = Path(sys.executable).parent / "decent"
-    # a session of its own, signalled as a terminal's Ctrl-C signals its foreground group
-    proc = subprocess.Popen([str(decent), "run", "cfg.yaml"], cwd=folder, text=True,
+    # a session of its own, signalled as a terminal's Ctrl-C signals its foreground group;
+    # SIGINT's default disposition first, as a terminal gives it (a process inherits an
+    # ignored SIGINT, and Python then never raises KeyboardInterrupt)
+    reset = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+             "os.execv(sys.argv[1], sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", reset, str(decent), "run", "cfg.yaml"],
+                            cwd=folder, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True,
                             env={**os.environ, "PACED_WAIT_ROUND": "3",
