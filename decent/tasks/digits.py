@@ -3,7 +3,6 @@ scikit-learn (no download), the platform's smallest real classification task."""
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch.nn.functional as F
 from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive, text
 from decent.tasks.base import ClientData
+from decent.tasks.file_cache import while_unchanged
 from decent.tasks.labelled import LabelledTask
 from decent.tasks.partition import PARTITIONS
 
@@ -41,12 +41,11 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError("task.name", "digits needs scikit-learn (pip install scikit-learn)")
     path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / \
         "digits.csv.gz"
-    stat = path.stat()
-    return _parsed(str(path), stat.st_mtime_ns, stat.st_size)
+    return _parsed(path)
 
 
-@functools.lru_cache(maxsize=4)
-def _parsed(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+@while_unchanged(maxsize=4)
+def _parsed(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The table parsed once per process (~25 ms of CPU each time a run builds the task),
     handed out read-only: every caller shares these arrays."""
     table = np.loadtxt(path, delimiter=",")
