@@ -241,3 +241,29 @@ def test_an_executor_registered_from_a_users_file_runs_the_run(folder, monkeypat
     assert main(["run", str(folder / "run.yaml"), "backend=nope"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: backend: unknown backend 'nope'; choose one of: counting, local, ray")
+
+
+def test_the_executor_spec_decides_which_devices_its_settings_can_give(folder, monkeypatch):
+    """The runner asks the backend's spec, never its section's fields: Ray's refuses cuda
+    without GPUs reserved for the actors; a user's executor spec with a ``check_device`` of its
+    own is asked the same way, before anything starts."""
+    from decent.core.errors import ConfigError
+    from decent.engine.executor import EXECUTORS, ExecutorSpec, LocalConfig
+    from decent.run.runner import check
+
+    with pytest.raises(ConfigError, match=r"ray\.num_gpus_per_actor") as refused:
+        check(from_dict(tiny(folder, backend="ray", device="cuda")))
+    assert refused.value.field == "device"
+
+    class CpuOnly(ExecutorSpec):
+        def check_device(self, cfg) -> None:
+            if cfg.device != "cpu":
+                raise ConfigError("device", f"cpu_only runs on cpu (got {cfg.device})")
+
+    monkeypatch.setattr(EXECUTORS, "_entries", dict(EXECUTORS._entries))
+    EXECUTORS.register("cpu_only", LocalConfig, CpuOnly("decent.backends.local:InProcess"))
+    cfg = from_dict(tiny(folder, backend="cpu_only", device="cpu"))
+    check(cfg)  # cpu: taken
+    cfg.device = "auto"
+    with pytest.raises(ConfigError, match="cpu_only runs on cpu"):
+        check(cfg)

@@ -243,15 +243,16 @@ def test_no_file_of_the_package_is_over_400_lines():
     assert long == {}
 
 
-def declared_imports(path: Path) -> set[str]:
+def declared_imports(path: Path, in_functions: bool = False) -> set[str]:
     """The modules ``path`` names outside any function: its top-level imports and those
     of ``if TYPE_CHECKING:`` blocks (a circle there is a circle in the design, and one
-    edit away from a real one); an import inside a function does not count."""
+    edit away from a real one); with ``in_functions``, those inside functions as well."""
     names: set[str] = set()
 
     def walk(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if not in_functions and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.Lambda)):
                 continue
             if isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
                 names.add(child.module)
@@ -264,11 +265,27 @@ def declared_imports(path: Path) -> set[str]:
     return names
 
 
+def file_imports(modules: dict[str, Path], in_functions: bool) -> dict[str, set[str]]:
+    """Module → the modules of decent its file names (a name ``from m import x`` takes is
+    the module ``m.x`` where there is one, else ``m``)."""
+    return {name: {d for d in declared_imports(path, in_functions) if d in modules and d != name}
+            for name, path in modules.items()}
+
+
+def package_modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
+            .removesuffix(".__init__"): p for p in ROOT.rglob("*.py")}
+
+
 def test_no_import_circle_among_module_level_imports_type_checking_ones_included():
-    modules = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
-               .removesuffix(".__init__"): p for p in ROOT.rglob("*.py")}
-    assert_acyclic({name: {d for d in declared_imports(path) if d in modules and d != name}
-                    for name, path in modules.items()})
+    assert_acyclic(file_imports(package_modules(), in_functions=False))
+
+
+def test_no_import_circle_between_files_function_level_imports_included():
+    """An import deferred into a function still ties two files together: moving it to the
+    top (or one refactor) makes the circle real, and each file needs the other to be
+    understood. Every import a file names, wherever, counts."""
+    assert_acyclic(file_imports(package_modules(), in_functions=True))
 
 
 def test_the_circle_check_sees_a_type_checking_import(tmp_path):
@@ -277,6 +294,22 @@ def test_the_circle_check_sees_a_type_checking_import(tmp_path):
                       "    from decent.a import B\n\ndef f():\n    from decent.c import D\n")
     assert declared_imports(source) == {"typing", "typing.TYPE_CHECKING", "decent.a",
                                         "decent.a.B"}
+    assert declared_imports(source, in_functions=True) >= {"decent.c", "decent.c.D"}
+
+
+def test_the_circle_check_finds_a_circle_through_a_function_level_import(tmp_path):
+    """The shape the topologies once had: config → mixing at the top, mixing → directed
+    inside a function, directed → config at the top."""
+    files = {"config": "from decent.mixing import KINDS\n",
+             "mixing": "KINDS = ()\ndef f():\n    from decent.directed import g\n",
+             "directed": "from decent.config import C\n"}
+    modules = {}
+    for stem, text in files.items():
+        (tmp_path / f"{stem}.py").write_text(text)
+        modules[f"decent.{stem}"] = tmp_path / f"{stem}.py"
+    assert_acyclic(file_imports(modules, in_functions=False))
+    with pytest.raises(AssertionError, match="import circle"):
+        assert_acyclic(file_imports(modules, in_functions=True))
 
 
 def test_no_module_of_the_package_imports_the_strategy_api():

@@ -17,7 +17,7 @@ from decent.run.runner import run
 from decent.tasks.linear_regression import LinearRegressionConfig, LinearRegressionTask
 from decent.tools.cli import main
 from decent.topologies import build_topology
-from decent.topologies.directed import push_matrix
+from decent.topologies.mixing import push_matrix
 from tests.helpers import assert_ray_equals_local, engine_for, method_config, tiny
 
 # strongly connected, not regular: client 0 pushes to two, the others to one, so the

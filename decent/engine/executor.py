@@ -120,6 +120,14 @@ class ExecutorSpec:
         section = getattr(cfg, self.section) if self.section else None
         return section.loss_policy() if section is not None else LossPolicy("churn", 0)
 
+    def check_device(self, cfg: Any) -> None:
+        """Refuse ``cfg.device`` where this executor's settings cannot give it (one line),
+        before any executor starts; a section without ``check_device`` takes any."""
+        section = getattr(cfg, self.section) if self.section else None
+        check = getattr(section, "check_device", None)
+        if check is not None:
+            check(cfg.device)
+
 
 # ``backend:`` names one of these; a user's module (``imports:``) may register its own
 EXECUTORS = Registry("backend")

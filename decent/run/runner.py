@@ -47,9 +47,7 @@ def check(cfg: RunConfig) -> RunPlan:
         if not torch.cuda.is_available():
             raise ConfigError("device", "cuda was asked for but this machine has no CUDA "
                               "device torch can use; set device=cpu (or auto)")
-    if cfg.backend == "ray" and cfg.device == "cuda" and cfg.ray.num_gpus_per_actor <= 0:
-        raise ConfigError("device", "device=cuda on backend=ray needs GPUs for the actors: "
-                          "set ray.num_gpus_per_actor (e.g. 0.25), or device=auto")
+    executor_spec(cfg.backend).check_device(cfg)
     check_target(cfg)
     check_out_dir(cfg.tracking.out_dir)
     return plan

@@ -78,20 +78,6 @@ def one_peer_exponential(cfg: OnePeerExponentialConfig, round_: int) -> nx.DiGra
     return from_offsets(cfg.n, [hops[round_ % len(hops)]])
 
 
-def push_matrix(G: nx.DiGraph) -> np.ndarray:
-    """The column-stochastic mixing P of a directed graph: P[j, i] is the share of client
-    i's mass that reaches j (i itself included); each column sums to 1."""
-    n = G.number_of_nodes()
-    P = np.zeros((n, n))
-    for i in range(n):
-        out = [j for j in G.successors(i) if j != i]
-        share = 1.0 / (len(out) + 1)
-        P[i, i] = share
-        for j in out:
-            P[j, i] = share
-    return P
-
-
 def push_spectral_gap(P: np.ndarray) -> float:
     """1 − |λ₂| of a column-stochastic P: the rate at which push-sum's de-biased values
     agree (0 when some clients never hear from others)."""

@@ -49,12 +49,24 @@ def uniform_weights(G: nx.Graph) -> np.ndarray:
     return W
 
 
+def push_matrix(G: nx.DiGraph) -> np.ndarray:
+    """The column-stochastic mixing P of a directed graph: P[j, i] is the share of client
+    i's mass that reaches j (i itself included); each column sums to 1."""
+    n = G.number_of_nodes()
+    P = np.zeros((n, n))
+    for i in range(n):
+        out = [j for j in G.successors(i) if j != i]
+        share = 1.0 / (len(out) + 1)
+        P[i, i] = share
+        for j in out:
+            P[j, i] = share
+    return P
+
+
 def mixing_matrix(G: nx.Graph, kind: str) -> np.ndarray:
     """The mixing matrix named by ``topology.weights``; on a directed graph, the
     column-stochastic push matrix (uniform out-shares: the one push-sum uses)."""
     if G.is_directed():
-        from decent.topologies.directed import push_matrix
-
         return push_matrix(G)
     if kind == "metropolis":
         return metropolis_weights(G)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from decent.core.errors import ConfigError
 from decent.core.schema import at_least, count_or, one_of, text
 
 # Ray refuses an object store smaller than 75 MiB (OBJECT_STORE_MINIMUM_MEMORY_BYTES).
@@ -66,3 +67,10 @@ class RayConfig:
 
     def loss_policy(self) -> LossPolicy:
         return LossPolicy(self.on_actor_death, self.max_restarts)
+
+    def check_device(self, device: str) -> None:
+        """``device=cuda`` needs GPUs reserved for the actors: without them Ray hides every
+        GPU from an actor and its clients could only fail later, one by one."""
+        if device == "cuda" and self.num_gpus_per_actor <= 0:
+            raise ConfigError("device", "device=cuda on backend=ray needs GPUs for the "
+                              "actors: set ray.num_gpus_per_actor (e.g. 0.25), or device=auto")
