@@ -66,7 +66,7 @@ def one(mode: str, workers: int, rounds: int) -> dict:
             "tracking": {"out_dir": out, "progress": False, "wandb": {"mode": "disabled"}},
         })
         result = run(cfg)
-    times = [r["wall_s"] for r in result.rows[1:]]
+    times = [r["round_wall_s"] for r in result.rows[1:]]
     return {"round_s": statistics.median(times), "rss_mb": mem.peak, "pss_mb": mem.peak_pss,
             "actors": result.summary.get("ray_actors", 0)}
 

@@ -52,7 +52,7 @@ def config(out: Path, **sections: Any) -> dict[str, Any]:
 
 
 def steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
 
 
 def lose_a_node(policy: str, out: Path, cluster: Any, workers: list[Any],

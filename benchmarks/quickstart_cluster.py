@@ -46,7 +46,7 @@ def main() -> None:
                                                     f"ray.address={cluster.address}"]))
 
         def steady(rows: list[dict]) -> list[dict]:
-            return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+            return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
 
         s = on.summary
         print(json.dumps({"ray_nodes": s["ray_nodes"], "ray_actors": s["ray_actors"],

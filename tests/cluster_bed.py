@@ -27,7 +27,7 @@ ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
 
 
 def steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
 
 
 def config(out: Path, name: str, **sections: Any) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def rows_and_vectors(cfg: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
     from decent.run.runner import run
 
     result, vectors = run_capturing(run, cfg, cfg)
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows], vectors
 
 
 class WrapsBackend:
@@ -144,7 +144,7 @@ def rows_and_vectors_on(engine: Any, cfg: Any) -> tuple[list[dict[str, Any]], di
     from decent.run.runner import run
 
     result, vectors = run_capturing(run, cfg, cfg, engine=engine)
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows], vectors
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows], vectors
 
 
 def in_session(session: int) -> list[int]:

@@ -143,7 +143,7 @@ def capture(engine: Any, into: dict[int, Any]) -> Any:
 
 
 def steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
 
 
 def stopped_copy(run_dir: Path) -> Path:

@@ -8,7 +8,7 @@ from decent.engine.config import from_dict
 from decent.run.runner import run
 from tests.helpers import engine_for, rows_and_vectors_on, run_capturing, tiny
 
-VOLATILE = {"wall_s"}
+VOLATILE = {"round_wall_s"}
 
 
 def rows_and_params(cfg):
@@ -164,8 +164,8 @@ def test_a_later_run_builds_its_clients_in_the_earlier_runs_processes(tmp_path, 
     assert sorted(ids(second)) == sorted(first_ids)  # the same two processes
     kept = list(second.executor.actors)
     again, again_vectors = rows_and_vectors_on(second, cfg)
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in again] == \
-        [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in again] == \
+        [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
     for cid, vec in vectors.items():
         np.testing.assert_array_equal(again_vectors[cid], vec)
     ray_session.kill(kept[0])  # dies while it waits for the next run

@@ -24,7 +24,7 @@ from decent.strategies.registry import STRATEGIES
 from decent.tools.cli import main
 from tests.helpers import STAR_METHODS, method_config, run_capturing, tiny
 
-VOLATILE = {"wall_s"}
+VOLATILE = {"round_wall_s"}
 
 
 with_vectors = run_capturing

@@ -61,7 +61,7 @@ LINE = re.compile(r"interrupted at round (\d+) of (\d+): resume with  (decent re
 
 
 def steady(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k != "round_wall_s"} for r in rows]
 
 
 def rows_of(run_dir: Path) -> list[dict]:

@@ -204,7 +204,7 @@ def test_a_killed_actor_can_restart_the_run_from_its_checkpoint(tmp_path, ray_se
                      "ray": {"clients_per_actor": 4, "on_actor_death": "restart"}})
     backend = KillsAnActor(engine_for(cfg), 3)
     result = run(cfg, backend)
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows] == reference
     logged = (result.run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["round"] for line in logged] == list(range(6))
     said = [line for line in capsys.readouterr().out.splitlines() if "restart" in line]

@@ -162,7 +162,7 @@ def test_payloads_over_gloo_are_the_local_run_bit_for_bit(tmp_path, ray_session)
 
     watched.close = capture_then_close
     result = run(cfg, watched)
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == local_rows
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows] == local_rows
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
     summary = json.loads((result.run_dir / "summary.json").read_text())
@@ -268,7 +268,7 @@ def test_an_actor_death_over_rdt_restarts_the_run_from_its_checkpoint(lost_and_r
     reference, ref_vectors = reference_of(base, "checkpointed")  # one local run for both
     assert cfg.ray.on_actor_death == "churn"
     assert result.summary["restarts"] == 1
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows] == reference
     assert sorted(vectors) == sorted(ref_vectors)
     for cid, vec in ref_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
@@ -289,7 +289,7 @@ def test_a_run_resumed_over_rdt_is_the_local_run(lost_and_restarted):
     shutil.copytree(on_ray.run_dir, partial)
     (partial / "summary.json").unlink()
     resumed, vectors = run_capturing(resume, cfg, partial)
-    steady = [{k: v for k, v in r.items() if k != "wall_s"} for r in resumed.rows]
+    steady = [{k: v for k, v in r.items() if k != "round_wall_s"} for r in resumed.rows]
     assert steady == local
     for cid, vec in local_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
@@ -305,7 +305,7 @@ def test_no_rdt_here_falls_back_to_the_object_store_with_one_line(tmp_path, ray_
     reference, _ = rows_and_vectors(from_dict(base))
     # 2 actors × 3 clients: the fallback is the same for any number of actors (3 or 2)
     result = run(over_rdt(base, clients_per_actor=3))
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows] == reference
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows] == reference
     assert ("payloads: Ray Direct Transport over gloo is unavailable (RuntimeError: no "
             "torch_gloo backend); using the object store") in capsys.readouterr().out
     summary = json.loads((result.run_dir / "summary.json").read_text())

@@ -53,6 +53,49 @@ def test_wandb_offline_run_files(tmp_path):
     assert list(offline[0].glob("*.wandb"))  # the run's log, ready for `wandb sync`
 
 
+class RecordingRun:
+    """What ``wandb.init`` returns, keeping what it was given: the rows logged per step and
+    the summary set at the end, in order."""
+
+    id = "recording"
+
+    def __init__(self) -> None:
+        self.logged: list[dict] = []
+        self.summary: dict = {}
+        self.finished: int | None = None
+
+    def log(self, row: dict, step: int) -> None:
+        self.logged.append(dict(row))
+
+    def finish(self, exit_code: int) -> None:
+        self.finished = exit_code
+
+
+def test_wandb_keeps_the_runs_figures_in_its_summary(tmp_path, monkeypatch):
+    """W&B's summary of a key is the last value logged under it, and a step's row is sent
+    when the run finishes, after the summary was set: a key both a row and the summary
+    hold shows the row's. So no key may mean one thing per round and another per run:
+    the round's wall time is ``round_wall_s``, the run's ``wall_s``; every other shared
+    key holds the same value in the last row and the summary."""
+    import wandb
+
+    recording = RecordingRun()
+    monkeypatch.setattr(wandb, "init", lambda **kw: recording)
+    cfg = from_dict(tiny(tmp_path, rounds=3, tracking={
+        "out_dir": str(tmp_path / "runs"), "progress": False, "wandb": {"mode": "offline"}}))
+    result = run(cfg)
+    assert recording.finished == 0 and len(recording.logged) == 3
+    assert all("round_wall_s" in row and "wall_s" not in row for row in recording.logged)
+    shown = {**recording.summary}
+    for row in recording.logged:  # what W&B shows at the end: the last row's values win
+        shown.update(row)
+    assert shown["wall_s"] == result.summary["wall_s"] == recording.summary["wall_s"]
+    assert result.summary["wall_s"] > max(r["round_wall_s"] for r in recording.logged)
+    shared = recording.summary.keys() & recording.logged[-1].keys()
+    assert shared, "the summary repeats some of the last row's figures (bytes_total, ...)"
+    assert {k: shown[k] for k in shared} == {k: recording.summary[k] for k in shared}
+
+
 def test_every_shipped_experiment_config_is_valid():
     """Each YAML under experiments/ loads and passes every check that needs no data; the
     only failure allowed offline is a hub model that is not in the local cache."""

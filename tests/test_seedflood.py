@@ -278,8 +278,8 @@ def test_local_equals_ray(tmp_path, ray_session, estimator):
                 model={"name": "mlp", "hidden": [16]}, eval={"every": 1, "per_client": True})
     local = run(from_dict(base)).rows
     remote = run(from_dict({**base, "backend": "ray", "ray": {"clients_per_actor": 4}})).rows
-    strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in local]
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in remote] == strip
+    strip = [{k: v for k, v in r.items() if k != "round_wall_s"} for r in local]
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in remote] == strip
 
 
 def test_shared_randomness_gossip_grows_with_t(tmp_path):

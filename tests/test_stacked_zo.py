@@ -109,7 +109,7 @@ def test_batched_seedflood_tiny_llama_matches_sequential(tmp_path):
     stated tolerance; bytes, messages, staleness exactly) and replicas still identical."""
     seq = run(flood(tmp_path, "sequential", LLAMA)).rows
     bat = run(flood(tmp_path, "batched", LLAMA)).rows
-    approx = {"loss", "gmp_loss", "gmp_perplexity", "wall_s"}
+    approx = {"loss", "gmp_loss", "gmp_perplexity", "round_wall_s"}
     for a, b in zip(seq, bat, strict=True):
         assert {k: v for k, v in a.items() if k not in approx} == \
             {k: v for k, v in b.items() if k not in approx}

@@ -11,7 +11,9 @@ from typing import Any
 # Each is what the host that ran the round measured, so a re-run on another machine (or the
 # same one under another load) differs without anything being wrong.
 HOST_FIELDS: dict[str, str] = {
-    "wall_s": "the round's wall-clock seconds: the host's speed and load",
+    "round_wall_s": "the round's wall-clock seconds: the host's speed and load",
+    # the same figure's name in rows written before it was named apart from the summary's
+    "wall_s": "the round's wall-clock seconds (a record made before round_wall_s)",
 }
 # With compute.mode=measured a client's simulated compute time is its measured wall time
 # (decent.engine.compute), so the simulated clock is the host's as well.

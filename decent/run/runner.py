@@ -321,7 +321,7 @@ class Rounds:
             "sim_compute_s": traffic.sim_compute_s,
             "sim_comm_s": traffic.sim_comm_s,
             "sim_time_total_s": sim_total + traffic.sim_time_s,
-            "wall_s": wall,
+            "round_wall_s": wall,
         }
         if cfg.faults.on_the_wire:
             row.update(dropped_messages=traffic.dropped_messages,

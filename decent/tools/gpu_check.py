@@ -104,8 +104,8 @@ def finish(cfg: RunConfig) -> Finished:
 
     engine.close = keep_then_close  # type: ignore[method-assign]
     result = run(cfg, engine)
-    rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in result.rows]
-    return Finished(rows, result.summary, vectors, [r["wall_s"] for r in result.rows])
+    rows = [{k: v for k, v in r.items() if k != "round_wall_s"} for r in result.rows]
+    return Finished(rows, result.summary, vectors, [r["round_wall_s"] for r in result.rows])
 
 
 def largest_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
