@@ -1,8 +1,10 @@
 """The cluster guide's blocks (docs/guides/cluster.md), run by bash exactly as written in
-a copy of the checkout, for tests/test_cluster_job.py: the single-machine dry run and the
-autoscaling cluster on one machine. A background job of the suite (tests/background.py):
-each block's exit code, output, the processes it left alive (killed, and named) and the
-runs it wrote, to ``OUT_DIR/result.json``.
+a copy of the checkout, for tests/test_cluster_job.py: the single-machine dry run, the
+autoscaling cluster on one machine, and the dry run again beside a second Ray on Ray's
+default ports (started here, or whatever already holds them). A background job of the
+suite (tests/background.py): each block's exit code, output, the processes it left alive
+(killed, and named) and the runs it wrote, and what the second Ray saw, to
+``OUT_DIR/result.json``.
 
     python -m tests.cluster_guide_blocks OUT_DIR
 """
@@ -18,7 +20,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,13 @@ from tests.helpers import in_session
 
 JOB_TIMEOUT_S = 300
 LEFTOVER_GRACE_S = 15
+OTHER_START_TIMEOUT_S = 90
+
+DRY_RUN = "### Dry run on one machine"
+AUTOSCALING = "### An autoscaling cluster on one machine"
+# Ray's defaults, which the guide's blocks must not need: GCS, job API (dashboard), Ray
+# Client server, dashboard agent
+GCS, JOB_API, CLIENT, AGENT = 6379, 8265, 10001, 52365
 
 
 # Inherited by every process the guide's block starts (the head, its workers, the job's
@@ -98,18 +109,28 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def run_block(heading: str, ports: tuple[int, ...], temp_dir: Path, out: Path
-              ) -> dict[str, Any]:
+def stop_what_is_left(session: int, marker: str) -> dict[str, str]:
+    """What is left of session ``session`` and of the processes that inherited ``marker``
+    (a job's driver runs in a session of its own), given ``LEFTOVER_GRACE_S`` to go, then
+    killed: their command lines by pid."""
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while True:
+        leftovers = sorted(set(in_session(session)) | set(marked_pids(marker)))
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    described = {str(pid): cmdline(pid) for pid in leftovers}
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return described
+
+
+def run_block(heading: str, temp_dir: Path, out: Path) -> dict[str, Any]:
     """The block under ``heading``, run in a copy of the checkout in ``out``, in a session
-    of its own; then what is left of it — its session's processes and those that
-    inherited its marker (a job's driver runs in a session of its own) — given
-    ``LEFTOVER_GRACE_S`` to go, killed and named. ``{"skipped": why}`` if a port it uses
-    is taken (by another Ray on this machine)."""
+    of its own; then what is left of it, killed and named (``stop_what_is_left``). The
+    block picks its own ports: none is checked here."""
     block = readme_block(heading)
-    for port in ports:
-        if not port_free(port):
-            return {"skipped": f"port {port} is in use on this machine; the guide's block "
-                               "uses it"}
     repo = checkout_copy(out / "checkout")
     marker = secrets.token_hex(6)
     had_temp_dir = temp_dir.exists()
@@ -126,16 +147,7 @@ def run_block(heading: str, ports: tuple[int, ...], temp_dir: Path, out: Path
         code = proc.wait(timeout=JOB_TIMEOUT_S)
     finally:
         proc.kill()
-        deadline = time.monotonic() + LEFTOVER_GRACE_S
-        while True:
-            leftovers = sorted(set(in_session(proc.pid)) | set(marked_pids(marker)))
-            if not leftovers or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        described = {str(pid): cmdline(pid) for pid in leftovers}
-        for pid in leftovers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        described = stop_what_is_left(proc.pid, marker)
         if not had_temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
     runs = [{"summary": json.loads((d / "summary.json").read_text()),
@@ -143,16 +155,93 @@ def run_block(heading: str, ports: tuple[int, ...], temp_dir: Path, out: Path
             for d in sorted((repo / "runs").iterdir()) if (d / "summary.json").is_file()] \
         if (repo / "runs").is_dir() else []
     return {"code": code, "logs": log.read_text()[-6000:], "leftovers": described,
-            "runs": runs}
+            "runs": runs, "checkout": str(repo)}
+
+
+def jobs_at(port: int) -> list[str] | None:
+    """The entrypoints of the jobs the job API on ``port`` knows, or None if no job API
+    answers there (Ray's REST route, read with urllib: this process hosts no Ray)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/", timeout=10) as r:
+            return [job["entrypoint"] for job in json.loads(r.read())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_other_ray(temp_dir: Path, log: Path, marker: str) -> subprocess.Popen:
+    """A second Ray head on Ray's default GCS and job API ports (and its default Ray Client
+    and agent ports where free), in a session of its own, once its job API answers. With
+    as many CPUs as the dry run's head, so that a job sent to it by mistake would run and
+    show in its job list rather than hang."""
+    ports = [f"--port={GCS}", f"--dashboard-port={JOB_API}",
+             f"--ray-client-server-port={CLIENT if port_free(CLIENT) else free_port()}",
+             f"--dashboard-agent-listen-port={AGENT if port_free(AGENT) else 0}"]
+    env = child_env({MARKER: marker, "RAY_AUTH_MODE": "disabled",
+                     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                     "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
+    with log.open("w") as sink:
+        proc = subprocess.Popen([str(Path(sys.prefix) / "bin" / "ray"), "start", "--head",
+                                 "--block", "--num-cpus=2", "--include-dashboard=true",
+                                 *ports, f"--temp-dir={temp_dir}"], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + OTHER_START_TIMEOUT_S
+    while jobs_at(JOB_API) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            stop_what_is_left(proc.pid, marker)
+            raise RuntimeError(f"the second Ray did not start: {log.read_text()[-3000:]}")
+        time.sleep(1)
+    return proc
+
+
+def beside_another_ray(out: Path) -> dict[str, Any]:
+    """The dry run with a second Ray on this machine on Ray's default ports — where the
+    block once sent its job — started here if they are free; if something already holds
+    them, that is the second Ray. Then what the second one saw: its job list (the
+    entrypoints, None if no job API answers on 8265), the job drivers it logged, whether
+    it still ran after the block, and, if started here, what was left of it once
+    stopped (by its own session only)."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = port_free(GCS) and port_free(JOB_API)
+    other = None
+    # a short path: Ray's socket paths under it must fit in 107 bytes
+    temp_dir = Path(tempfile.mkdtemp(prefix="decent-other-ray-"))
+    marker = secrets.token_hex(6)
+    try:
+        if started:
+            other = start_other_ray(temp_dir, out / "other-ray.log", marker)
+        found = run_block(DRY_RUN, Path("/tmp/decent-ray"), out)
+        found["other"] = {
+            "started": started,
+            "jobs": jobs_at(JOB_API),
+            "drivers": sorted(p.name for p in temp_dir.glob("session_*/logs/job-driver-*")),
+            "alive_after": other.poll() is None if other else None,
+        }
+    finally:
+        if other:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(other.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                other.wait(timeout=30)
+            left = stop_what_is_left(other.pid, marker)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    if other:
+        found["other"]["leftovers"] = left
+    return found
 
 
 def main(out: Path) -> dict[str, Any]:
     return {
-        "dry_run": run_block("### Dry run on one machine", (8265, 6379),
-                             Path("/tmp/decent-ray"), out / "dry-run"),
-        "autoscaling": run_block("### An autoscaling cluster on one machine",
-                                 (6390, 6392, 8275), Path("/tmp/decent-fake-cluster"),
+        "dry_run": run_block(DRY_RUN, Path("/tmp/decent-ray"), out / "dry-run"),
+        "autoscaling": run_block(AUTOSCALING, Path("/tmp/decent-fake-cluster"),
                                  out / "autoscaling"),
+        "beside_another_ray": beside_another_ray(out / "beside-another-ray"),
     }
 
 

@@ -6,8 +6,10 @@ start, wait, job submit, stop) and the autoscaling cluster on one machine
 (cluster-local.yaml) — run by bash exactly as written, in a copy of the checkout
 (tests/cluster_guide_blocks.py, a background job of `make test`'s cluster step), so the
 runtime environment file, the working directory, the console script on the cluster and the
-driver's connection via ``RAY_ADDRESS`` are all exercised. Only subprocesses touch Ray: the
-test process may host an embedded Ray of other tests, which must be left alone.
+driver's connection via ``RAY_ADDRESS`` are all exercised. The dry run runs a second time
+beside another Ray on Ray's default ports, which the blocks once used and would have sent
+their job to. Only subprocesses touch Ray: the test process may host an embedded Ray of
+other tests, which must be left alone.
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ def blocks(tmp_path_factory) -> dict[str, Any]:
 
 def ran(found: dict[str, Any]) -> dict[str, Any]:
     """A block's findings, checked to have run to a job that succeeded, leaving nothing."""
-    if "skipped" in found:
-        pytest.skip(found["skipped"])
     assert found["code"] == 0, found["logs"]
     assert re.search(r"Job 'raysubmit_\w+' succeeded", found["logs"]), found["logs"]
     assert found["leftovers"] == {}, f"the block's teardown left {found['leftovers']} alive"
@@ -62,6 +62,29 @@ def test_the_guides_dry_run_works_as_written(blocks) -> None:
     d = num_parameters(build_mlp(MLPConfig(), {"input_dim": 64, "num_classes": 10}))
     assert summary["bytes_total"] == ring_dsgd_bytes(ROUNDS, N, d)
     assert run["rows"] == ROUNDS
+
+
+@pytest.mark.slow
+@pytest.mark.cluster  # a second Ray on the default ports, the dry run beside it (~60 s)
+def test_the_guides_dry_run_leaves_another_ray_alone(blocks) -> None:
+    """With another Ray on this machine on Ray's default ports (6379, 8265), the block's
+    job runs on the head the block started, not on that one, and the block stops its own
+    head only."""
+    found = blocks["beside_another_ray"]
+    run = ran(found)
+    assert run["summary"]["backend"] == "ray" and run["summary"]["rounds"] == ROUNDS
+    # submitted to the job API of the port the block picked, never to the default one
+    submitted = re.findall(r"http://127\.0\.0\.1:(\d+)", found["logs"])
+    assert submitted and "8265" not in submitted, found["logs"]
+    other = found["other"]
+    if other["started"]:
+        # the second Ray, started by the test: no job, no job driver, alive after the block
+        assert other["jobs"] == [] and other["drivers"] == [], other
+        assert other["alive_after"], "the block stopped the other Ray"
+        assert other["leftovers"] == {}, f"the second Ray left {other['leftovers']} alive"
+    else:
+        # whatever already held the default ports: none of its jobs is this block's
+        assert not [e for e in other["jobs"] or [] if found["checkout"] in e], other
 
 
 @pytest.mark.slow

@@ -5,19 +5,24 @@ one line (exit 2) with nothing left on disk."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
-from decent.run.environment import KERNELS_VARIABLE, cpu_kernels
+from decent.run.environment import FINGERPRINT, KERNELS_VARIABLE, cpu_info, cpu_kernels
 from decent.run.rerun import command_line, kernels_wanted, rerun
 from decent.run.runner import run
+from decent.run.tolerance import DEFAULT, FILE, FLOOR, find, stated, write
+from decent.run.tolerance_measure import other_kernels
 from decent.tools.cli import main, parse
 from tests.helpers import tiny
 
@@ -44,8 +49,10 @@ def test_a_record_reruns_equal_and_leaves_nothing_behind(record, capsys):
     before, folders = tree(record), scratch_folders()
     assert main(["verify", "--rerun", str(record)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and lines[1].startswith("rerun ok: 3 rounds, "), lines
-    assert lines[0] == f"rerun: ran with {cpu_kernels()} CPU kernels as the record was made"
+    assert len(lines) == 3 and lines[2].startswith("rerun ok: 3 rounds, "), lines
+    assert lines[0] == "rerun: fingerprint matches the record's: every value exactly"
+    assert lines[1] == f"rerun: ran with {cpu_kernels()} CPU kernels as the record was made"
+    assert "floats" not in lines[2]  # every value equal, none within a tolerance
     assert tree(record) == before and scratch_folders() == folders
     assert main(["verify", "--rerun", str(record), "--rounds", "1"]) == 0
     assert "\nrerun ok: 1 rounds, " in capsys.readouterr().out
@@ -59,7 +66,7 @@ def test_an_edited_value_is_named_by_round_and_field(record, tmp_path, capsys):
     rows[1]["gmp_accuracy"] += 0.001
     metrics.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     assert main(["verify", "--rerun", str(edited), "--rounds", "2"]) == 1
-    lines = capsys.readouterr().out.splitlines()[1:]  # after the kernels' line
+    lines = capsys.readouterr().out.splitlines()[2:]  # after the fingerprint's and kernels'
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"rerun: round 1, gmp_accuracy: recorded "
                                f"{rows[1]['gmp_accuracy']!r}, rerun ")
@@ -101,6 +108,13 @@ def test_bad_input_is_one_line(record, tmp_path, capsys):
         capsys, "verify", "--rerun", str(record), "--cpu-kernels", "sse")
     assert "--cpu-kernels goes with --rerun" in one_line_error(
         capsys, "verify", str(record), "--cpu-kernels", "avx2")
+    assert "--threads: must be a whole number ≥ 1 (got 0)" in one_line_error(
+        capsys, "verify", "--rerun", str(record), "--threads", "0")
+    for flags in (["--threads", "2"], ["--measure-tolerance"]):
+        assert f"{flags[0]} goes with --rerun" in one_line_error(capsys, "verify",
+                                                                 str(record), *flags)
+    assert "--tolerance does not go with --measure-tolerance" in one_line_error(
+        capsys, "verify", "--rerun", str(record), "--measure-tolerance", "--tolerance", "1")
     (broken / "metrics.jsonl").write_text('{"round": 1}\n')
     assert "line 1 is not the row of round 0" in one_line_error(
         capsys, "verify", "--rerun", str(broken))
@@ -172,3 +186,178 @@ def test_a_record_keeps_its_cpu_kernels_and_a_rerun_uses_them(record, tmp_path, 
     monkeypatch.setenv(KERNELS_VARIABLE, other)
     with pytest.raises(ConfigError, match=f"this CPU cannot run {other} kernels"):
         rerun(elsewhere, 1)
+
+
+def planted(record: Path, folder: Path, env_edit=None, row_edit=None) -> Path:
+    """A copy of ``record`` in ``folder`` with its first stretch's environment and its
+    round-1 row edited (``env_edit(env)``, ``row_edit(row)``, in place)."""
+    copy = folder / record.name
+    shutil.copytree(record, copy)
+    segments = json.loads((copy / "segments.json").read_text())
+    if env_edit is not None:
+        env_edit(segments[0])
+    (copy / "segments.json").write_text(json.dumps(segments))
+    metrics = copy / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    if row_edit is not None:
+        row_edit(rows[1])
+    metrics.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return copy
+
+
+def nudge(row: dict) -> None:
+    """A float moved in its last bits, as another CPU would move it (2e-9 of it)."""
+    row["loss"] *= 1 + 2e-9
+
+
+def test_a_fingerprint_kept_whole_names_what_decides_the_arithmetic(record):
+    env = json.loads((record / "segments.json").read_text())[0]["environment"]
+    assert set(FINGERPRINT) <= env.keys()
+    assert env["intra_op_threads"] == 1  # the config's torch_threads, not the shell's
+    assert env["device"] == "cpu" and env["cpu_kernels"] == cpu_kernels()
+    assert env["cpu_model"] and env["torch_build"] and env["numpy_blas"]
+    model, flags = cpu_info("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 "
+                            "avx512f ht avx512_bf16\n\nprocessor\t: 1\nmodel name\t: Other\n")
+    assert (model, flags) == ("Some CPU", ["avx2", "avx512f", "avx512_bf16"])
+
+
+def test_where_the_fingerprint_matches_every_value_is_exact(record, tmp_path, capsys):
+    """The same arithmetic: a float 2e-9 away is a difference, named."""
+    moved = planted(record, tmp_path, row_edit=nudge)
+    assert main(["verify", "--rerun", str(moved), "--rounds", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "fingerprint matches" in out and "round 1, loss: recorded" in out
+
+
+def test_another_machine_holds_floats_to_the_measured_tolerance_and_the_rest_exactly(
+        record, tmp_path, capsys):
+    """A fingerprint that differs (another CPU model, faked) is named with both values;
+    a float in its last bits passes within the tolerance found beside the record (the
+    default where there is none), a byte that moves never does."""
+    def elsewhere(segment: dict) -> None:
+        segment["environment"]["cpu_model"] = "Another CPU"
+
+    moved = planted(record, tmp_path / "a", elsewhere, nudge)
+    assert main(["verify", "--rerun", str(moved), "--rounds", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    here = cpu_info()[0]
+    assert lines[0] == (f"rerun: fingerprint differs: cpu_model ('Another CPU' here "
+                        f"{here!r}); integers and the clock exactly, floats within "
+                        f"{DEFAULT:g} (no {FILE} beside the record: the default; "
+                        "--measure-tolerance measures one)")
+    assert lines[-1].startswith("rerun ok: 2 rounds, ") and "largest difference 2e-09, " \
+        "round 1, loss)" in lines[-1]
+    # a tolerance file beside the record (in a folder above it) is the one used
+    (tmp_path / "a" / FILE).write_text(json.dumps({"tolerance": 1e-9,
+                                                   "largest_difference": 1e-10}))
+    assert main(["verify", "--rerun", str(moved), "--rounds", "2"]) == 1
+    out = capsys.readouterr().out
+    assert f"floats within 1e-09 ({tmp_path / 'a' / FILE}: largest difference measured " \
+        "1e-10)" in out and "round 1, loss: recorded" in out
+
+    def one_byte_more(row: dict) -> None:
+        row["bytes"] += 1
+
+    counted = planted(record, tmp_path / "b", elsewhere, one_byte_more)
+    assert main(["verify", "--rerun", str(counted), "--rounds", "2"]) == 1
+    assert "round 1, bytes: recorded" in capsys.readouterr().out
+
+
+def test_a_record_without_a_whole_fingerprint_is_never_held_to_exactness(record, tmp_path,
+                                                                          capsys):
+    """Made before the fingerprint was kept (its versions and kernels only): compared
+    within its tolerance, whatever this machine is."""
+    def before(segment: dict) -> None:
+        segment["environment"] = {k: segment["environment"][k]
+                                  for k in ("python", "machine", "cpu_kernels", "torch")}
+
+    old = planted(record, tmp_path, before, nudge)
+    assert main(["verify", "--rerun", str(old), "--rounds", "2"]) == 0
+    assert "rerun: the record keeps no whole fingerprint (made before it was kept); " \
+        "integers and the clock exactly, floats within" in capsys.readouterr().out
+
+
+def test_another_thread_count_is_the_other_machine_check_on_this_one(record, capsys):
+    """--threads 2 splits the record's sums another way: its fingerprint differs in the
+    thread count, and the rows hold within the tolerance; this process's thread count is
+    back as it was after."""
+    before = torch.get_num_threads()
+    assert main(["verify", "--rerun", str(record), "--threads", "2"]) == 0
+    assert torch.get_num_threads() == before
+    out = capsys.readouterr().out
+    assert "rerun: fingerprint differs: intra_op_threads (1 here 2); " in out
+    assert "\nrerun ok: 3 rounds, " in out
+
+
+def test_the_same_machine_reproduces_whatever_threads_the_shell_asks_for(tmp_path):
+    """A run sets its own thread count (torch_threads): two runs of one config, one from a
+    shell with OMP_NUM_THREADS=1 and one with 2, write the same rows bit for bit and the
+    same fingerprint."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny(tmp_path, rounds=2)))
+    made = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        subprocess.run([sys.executable, "-c", "from decent.tools.cli import entry; entry()",
+                        "run", str(config)],
+                       env=env, check=True, capture_output=True, cwd=tmp_path)
+        made.append(max((tmp_path / "runs").iterdir(), key=lambda p: p.stat().st_mtime_ns))
+    rows = [[{k: v for k, v in json.loads(line).items() if k != "round_wall_s"}
+             for line in (d / "metrics.jsonl").read_text().splitlines()] for d in made]
+    assert rows[0] == rows[1] and len(rows[0]) == 2
+    envs = [json.loads((d / "segments.json").read_text())[0]["environment"] for d in made]
+    assert {k: envs[0][k] for k in FINGERPRINT} == {k: envs[1][k] for k in FINGERPRINT}
+
+
+def test_a_measured_tolerance_is_kept_beside_the_record_with_how_it_was_measured(
+        record, tmp_path, capsys):
+    """--measure-tolerance re-runs the record with another thread count and the other
+    kernel sets this CPU runs; the file states ten times the largest difference (at least
+    the floor), keeps each measurement, and a re-run elsewhere then uses it."""
+    folder = tmp_path / "family"
+    folder.mkdir()
+    copy = folder / record.name
+    shutil.copytree(record, copy)
+    assert main(["verify", "--rerun", str(copy), "--rounds", "2", "--measure-tolerance"]) == 0
+    out = capsys.readouterr().out
+    kept = json.loads((folder / FILE).read_text())
+    (measured,) = kept["measurements"]
+    variants = measured["variants"]
+    assert {(v["cpu_kernels"], v["intra_op_threads"]) for v in variants} == {
+        (cpu_kernels(), 1), (cpu_kernels(), 2), *((k, 1) for k in other_kernels(cpu_kernels()))}
+    assert variants[0]["largest_difference"] == 0.0  # this machine, the record's threads
+    largest = max(v["largest_difference"] for v in variants)
+    assert measured["largest_difference"] == kept["largest_difference"] == largest
+    assert kept["tolerance"] == stated(largest) >= max(FLOOR, 10 * largest)
+    assert measured["rounds"] == 2 and measured["record"] == record.name  # from the file
+    assert f"measure: {folder / FILE}: tolerance {kept['tolerance']:g}" in out
+    # measured into a folder higher up: its file names the record from there, and the
+    # nearest file is the one a re-run takes
+    assert main(["verify", "--rerun", str(copy), "--rounds", "1", "--measure-tolerance",
+                 "--into", str(tmp_path)]) == 0
+    capsys.readouterr()
+    above = json.loads((tmp_path / FILE).read_text())
+    assert above["measurements"][0]["record"] == f"family/{record.name}"
+    assert find(copy).source == str(folder / FILE)
+    assert find(tmp_path / "elsewhere" / "run").source == str(tmp_path / FILE)
+    assert "--into: " in one_line_error(capsys, "verify", "--rerun", str(copy),
+                                        "--measure-tolerance", "--into", str(tmp_path / "x"))
+
+
+def test_a_tolerance_file_keeps_every_measurement_and_states_the_largest(tmp_path):
+    """A second machine's measurement is added to the file; the tolerance follows the
+    largest of all it keeps, whichever came first."""
+    def one(largest: float) -> dict:
+        return {"largest_difference": largest, "variants": []}
+
+    write(tmp_path, one(3e-7))
+    kept = write(tmp_path, one(2e-8))
+    assert [m["largest_difference"] for m in kept["measurements"]] == [3e-7, 2e-8]
+    assert kept["largest_difference"] == 3e-7 and kept["tolerance"] == stated(3e-7) == 3e-6
+    assert json.loads((tmp_path / FILE).read_text()) == kept
+    assert find(tmp_path / "run").value == 3e-6
+
+
+def test_stated_tolerances_are_ten_times_the_measurement_rounded_up():
+    assert stated(0.0) == stated(2.3e-8) == FLOOR
+    assert stated(2.3e-7) == 3e-6 and stated(1.7e-5) == 2e-4 and stated(1e-4) == 1e-3

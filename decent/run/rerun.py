@@ -10,17 +10,20 @@ is removed after."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from decent.core.errors import ActorLost, ConfigError
 from decent.engine.config import RunConfig, from_dict, to_dict
+from decent.engine.group import resolve_device
 from decent.run import checkpoint, environment
 from decent.run.row_diff import HOST_FIELDS, MEASURED_FIELDS, Comparison
 from decent.run.rundir import Segments
+from decent.run.tolerance import find as measured_tolerance
 
 # the kernel sets ATEN_CPU_CAPABILITY names, by architecture
 KERNEL_SETS = ("default", "avx2", "avx512", "sve256", "vsx", "zvector")
@@ -44,12 +47,13 @@ def kernels_wanted(run_dir: str | Path, cpu_kernels: str | None = None) -> str |
 
 def command_line(run_dir: str | Path, kernels: str, rounds: int | None = None,
                  tolerance: float | None = None, backend: str | None = None,
-                 device: str | None = None, trust_imports: bool = False) -> list[str]:
+                 device: str | None = None, trust_imports: bool = False,
+                 threads: int | None = None) -> list[str]:
     """The ``decent verify --rerun`` arguments that re-run ``run_dir`` with ``kernels``
     (in the process the CLI starts with them)."""
     argv = ["verify", str(run_dir), "--rerun", "--cpu-kernels", kernels]
     for flag, value in (("--rounds", rounds), ("--tolerance", tolerance),
-                        ("--backend", backend), ("--device", device)):
+                        ("--backend", backend), ("--device", device), ("--threads", threads)):
         if value is not None:
             argv += [flag, str(value)]
     return argv + (["--trust-imports"] if trust_imports else [])
@@ -64,15 +68,20 @@ def recorded_segments(path: Path) -> list[dict[str, Any]]:
     return segments if isinstance(segments, list) else []
 
 
-def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0,
+def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float | None = None,
           backend: str | None = None, trust_imports: bool = False,
-          device: str | None = None, cpu_kernels: str | None = None) -> Comparison:
+          device: str | None = None, cpu_kernels: str | None = None,
+          threads: int | None = None) -> Comparison:
     """Run the record in ``run_dir`` again for its first ``rounds`` rounds (default: every
-    round it recorded), on its own backend and device or ``backend`` and ``device``, and
-    compare the rows; every bad input is one line (``ConfigError``) before anything
-    runs. The CPU kernels (``cpu_kernels``, default the record's) must be this process's:
-    torch picks them once per process, so ``decent verify --rerun`` starts a process with
-    them where they differ (:func:`kernels_wanted`)."""
+    round it recorded), on its own backend and device or ``backend`` and ``device``, with
+    its own thread count or ``threads``, and compare the rows; every bad input is one
+    line (``ConfigError``) before anything runs. Every value is compared exactly where
+    the record's fingerprint is this re-run's; elsewhere (another machine, thread count or
+    kernels, or a record that keeps no whole fingerprint) integers and the clock exactly
+    and floats within the record's measured tolerance (:func:`decent.run.tolerance.find`),
+    or ``tolerance`` where given. The CPU kernels (``cpu_kernels``, default the record's)
+    must be this process's: torch picks them once per process, so ``decent verify
+    --rerun`` starts a process with them where they differ (:func:`kernels_wanted`)."""
     from decent.engine.saved import load_saved_config
 
     path = Path(run_dir).expanduser()
@@ -89,8 +98,10 @@ def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0
                           f"this process runs {own} kernels, not {wanted}: start it with "
                           f"{environment.KERNELS_VARIABLE}={wanted} (decent verify --rerun "
                           "does)")
-    if not (tolerance >= 0 and math.isfinite(tolerance)):
+    if tolerance is not None and not tolerance >= 0:
         raise ConfigError("--tolerance", f"must be a number ≥ 0 (got {tolerance})")
+    if threads is not None and threads < 1:
+        raise ConfigError("--threads", f"must be a whole number ≥ 1 (got {threads})")
     recorded = recorded_rows(path)
     k = len(recorded) if rounds is None else rounds
     if not 1 <= k <= len(recorded):
@@ -99,13 +110,20 @@ def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float = 0.0
     cfg = load_saved_config(path / "config.yaml", trust_imports)
     say_absent_data(cfg)
     kept_initial = recorded_initial(path) if cfg.eval.initial else None
-    found = Comparison(rounds=k, tolerance=tolerance)
+    cfg = for_rerun(cfg, Path(tempfile.gettempdir()), backend, device, threads)
+    used, said = tolerance_for(path, cfg, tolerance)
+    found = Comparison(rounds=k, tolerance=used)
+    found.notes.append(said)
     excluded = set(HOST_FIELDS)
     if cfg.compute.mode == "measured":
         excluded |= set(MEASURED_FIELDS)
         found.notes.append(f"compute.mode=measured, not compared: {', '.join(MEASURED_FIELDS)}")
-    with tempfile.TemporaryDirectory(prefix="decent-rerun-") as scratch:
-        initial, rows = replay(for_rerun(cfg, Path(scratch), backend, device), k)
+    threads_before = torch.get_num_threads()
+    try:
+        with tempfile.TemporaryDirectory(prefix="decent-rerun-") as scratch:
+            initial, rows = replay(for_rerun(cfg, Path(scratch), None), k)
+    finally:  # a client group sets the run's thread count in this process
+        torch.set_num_threads(threads_before)
     if kept_initial is not None:
         found.add_rows("initial", kept_initial, initial, excluded)
     for r in range(k):
@@ -175,19 +193,42 @@ def say_absent_data(cfg: RunConfig) -> None:
 
 
 def for_rerun(cfg: RunConfig, scratch: Path, backend: str | None,
-              device: str | None = None) -> RunConfig:
+              device: str | None = None, threads: int | None = None) -> RunConfig:
     """The record's config as it ran, but writing only into ``scratch`` (no W&B run, no
-    progress bar) and, given ``backend`` or ``device``, on that backend or device (a
-    record saved ``device: auto``, which picks a GPU where there is one: a record made on
-    a CPU reruns as it was made with ``device="cpu"``)."""
+    progress bar) and, given ``backend``, ``device`` or ``threads``, on that backend or
+    device or with that many intra-op threads (a record saved ``device: auto``, which
+    picks a GPU where there is one: a record made on a CPU reruns as it was made with
+    ``device="cpu"``)."""
     data = to_dict(cfg)
     data["tracking"].update(out_dir=str(scratch / "runs"), progress=False)
     data["tracking"]["wandb"]["mode"] = "disabled"
-    if backend is not None:
-        data["backend"] = backend
-    if device is not None:
-        data["device"] = device
+    for key, value in (("backend", backend), ("device", device), ("torch_threads", threads)):
+        if value is not None:
+            data[key] = value
     return from_dict(data)
+
+
+def tolerance_for(path: Path, cfg: RunConfig, given: float | None) -> tuple[float, str]:
+    """The tolerance the re-run of ``path`` as ``cfg`` holds its floats to, and the line
+    that says why: ``given``; else 0 where the record's fingerprint is this re-run's; else
+    the record's measured tolerance, naming the fingerprint fields that differ."""
+    if given is not None:
+        return given, f"floats within {given:g} (--tolerance); integers and the clock exactly"
+    recorded = environment.recorded_fingerprint(recorded_segments(path))
+    now = environment.describe(cfg.torch_threads, resolve_device(cfg).type)
+    if recorded is not None and not environment.differing(recorded, now):
+        return 0.0, "fingerprint matches the record's: every value exactly"
+    found = measured_tolerance(path)
+    why = ("the record keeps no whole fingerprint (made before it was kept)"
+           if recorded is None else "fingerprint differs: " + ", ".join(
+               f"{key} ({shown(recorded[key])} here {shown(now[key])})"
+               for key in environment.differing(recorded, now)))
+    return found.value, f"{why}; integers and the clock exactly, {found.says()}"
+
+
+def shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def replay(cfg: RunConfig, rounds: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from decent.run.tolerance import exact_field, scaled
+
 # Row fields that are not a function of the config and seed, left out of every comparison.
 # Each is what the host that ran the round measured, so a re-run on another machine (or the
 # same one under another load) differs without anything being wrong.
@@ -47,12 +49,19 @@ class Mismatch:
 
 @dataclass
 class Comparison:
+    """Rows against rows: every value exactly where ``tolerance`` is 0, else integers and
+    the simulated clock exactly and float values within ``tolerance`` (relative, absolute
+    below 1: :mod:`decent.run.tolerance`). ``largest`` is the largest such difference
+    among the float values, within the tolerance or not (``where``: its round, field)."""
+
     rounds: int
     tolerance: float
     compared: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     new_fields: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)  # what was left out, said first
+    largest: float = 0.0
+    where: tuple[int | str, str] | None = None
 
     def add_rows(self, label: int | str, recorded: dict[str, Any], rerun: dict[str, Any],
                  excluded: set[str]) -> None:
@@ -67,7 +76,13 @@ class Comparison:
                 self.mismatches.append(Mismatch(label, key, recorded[key], None, None,
                                                 rerun_has=False))
                 continue
-            mismatch = differs(label, key, recorded[key], rerun[key], self.tolerance)
+            value, again = recorded[key], rerun[key]
+            floats = is_number(value) and is_number(again) and not exact_field(key, value)
+            if floats and math.isfinite(value) and math.isfinite(again):
+                gap = scaled(value, again)
+                if gap > self.largest:
+                    self.largest, self.where = gap, (label, key)
+            mismatch = differs(label, key, value, again, self.tolerance if floats else 0.0)
             if mismatch is not None:
                 self.mismatches.append(mismatch)
 
@@ -83,8 +98,11 @@ class Comparison:
                        f"{', '.join(sorted(self.new_fields))}")
         within = f" within {self.tolerance:g}" if self.tolerance else ""
         if not self.mismatches:
-            return [*out, f"rerun ok: {self.rounds} rounds, {self.compared} values "
-                    f"equal{within}"]
+            if not self.tolerance:
+                return [*out, f"rerun ok: {self.rounds} rounds, {self.compared} values equal"]
+            at = "" if self.where is None else f", round {self.where[0]}, {self.where[1]}"
+            return [*out, f"rerun ok: {self.rounds} rounds, {self.compared} values equal, "
+                    f"floats{within} (largest difference {self.largest:.3g}{at})"]
         numeric = [m for m in self.mismatches if m.diff is not None]
         worst = max(numeric, key=lambda m: m.diff or 0.0, default=None)
         largest = ("" if worst is None else f"; largest |diff| {worst.diff:.3g} "
@@ -103,7 +121,8 @@ def differs(label: int | str, key: str, recorded: Any, rerun: Any,
         if recorded == rerun or (math.isnan(recorded) and math.isnan(rerun)):
             return None
         diff = abs(recorded - rerun)
-        return None if diff <= tolerance else Mismatch(label, key, recorded, rerun, diff)
+        within = scaled(recorded, rerun) <= tolerance
+        return None if within else Mismatch(label, key, recorded, rerun, diff)
     if recorded == rerun:
         return None
     return Mismatch(label, key, recorded, rerun, None)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from decent.core.errors import ConfigError
-from decent.run import environment
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -141,7 +140,7 @@ class Segments:
 
     FILE = "segments.json"
 
-    def __init__(self, rd: RunDir, start: int) -> None:
+    def __init__(self, rd: RunDir, start: int, env: dict[str, Any]) -> None:
         self.rd = rd
         path = rd.path / self.FILE
         try:
@@ -150,10 +149,11 @@ class Segments:
             past = []  # cut short by a kill: the earlier segments' times are unknown
         self.segments: list[dict[str, Any]] = past if isinstance(past, list) else []
         self.t0 = time.perf_counter()
-        # the versions and CPU kernels this stretch's rows were made with (environment.py)
+        # the fingerprint of the arithmetic this stretch's rows were made with
+        # (environment.describe)
         self.current = {"from_round": start, "to_round": start, "wall_s": 0.0,
                         "restarts": 0, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "environment": environment.describe()}
+                        "environment": env}
         self.segments.append(self.current)
 
     def update(self, round_: int, restarts: int) -> None:

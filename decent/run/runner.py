@@ -20,10 +20,11 @@ from decent.core.stats import reduce_stats
 from decent.engine.config import RunConfig, to_yaml
 from decent.engine.evaluation import evaluated_metrics
 from decent.engine.executor import executor_spec
+from decent.engine.group import resolve_device
 from decent.engine.loop import Engine
 from decent.engine.plan import RunPlan, build_plan
 from decent.engine.saved import load_saved_config
-from decent.run import checkpoint, stops
+from decent.run import checkpoint, environment, stops
 from decent.run.rundir import RunDir, Segments, check_out_dir
 from decent.run.summary import summarize
 from decent.run.tracking import Tracker
@@ -243,7 +244,8 @@ class Rounds:
         slot = self.slot
         rows = list(rows)
         tracker = Tracker(cfg, rd.path, rd.run_id, wandb_id)
-        segment = Segments(rd, start)
+        segment = Segments(rd, start, environment.describe(
+            cfg.torch_threads, resolve_device(cfg).type))
         summary: dict[str, Any] | None = None
         every = cfg.checkpoint.every
         self.at = start

@@ -4,6 +4,7 @@
     decent resume RUN_DIR [--from-previous]  continue a stopped run from its checkpoint
     decent verify RUN_DIR                    check a run's checkpoints, rows and summary
     decent verify --rerun RUN_DIR [--rounds K] run a record again, compare its rows
+    decent verify --rerun RUN_DIR --measure-tolerance  measure how far its floats move
     decent topo NAME --n 16 [...]            describe a communication graph
     decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
     decent config show CONFIG [key=value ...] the resolved config, every default filled in
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from decent.core.errors import ConfigError, StrategyError
 from decent.tools.stopped import finish, said
+from decent.tools.usage import TRUST_HELP, UsageError
+from decent.tools.verify_command import add_verify
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -32,60 +34,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-# a run directory's config may name code (imports:): it runs only when the user says so
-TRUST_HELP = ("import the modules and .py files the run's config.yaml names (code: read "
-              "them first in a run directory you did not write)")
-
-
 def _resume(args: argparse.Namespace) -> int:
     from decent.run.runner import resume
 
     report(resume(args.run_dir, from_previous=args.from_previous,
                   trust_imports=args.trust_imports))
     return 0
-
-
-def _verify(args: argparse.Namespace) -> int:
-    if args.rerun:
-        return _rerun(args)
-    given = [flag for flag, value in (("--rounds", args.rounds), ("--tolerance", args.tolerance),
-                                      ("--backend", args.backend), ("--device", args.device),
-                                      ("--cpu-kernels", args.cpu_kernels))
-             if value is not None]
-    if given:
-        raise UsageError(f"{given[0]} goes with --rerun")
-    from decent.run.verify import verify
-
-    found = verify(args.run_dir, trust_imports=args.trust_imports)
-    for problem in found.problems:
-        print(f"verify: {problem}")
-    if found.problems:
-        return 1
-    print(f"verify: {args.run_dir}: ok ({'; '.join(found.facts)})")
-    return 0
-
-
-def _rerun(args: argparse.Namespace) -> int:
-    from decent.run import environment
-    from decent.run.rerun import command_line, kernels_wanted, rerun
-
-    wanted = kernels_wanted(args.run_dir, args.cpu_kernels)
-    told = os.environ.get(environment.KERNELS_VARIABLE)
-    if wanted is not None and told != wanted and wanted != environment.cpu_kernels():
-        # torch picked its kernels when this process first ran one: a fresh process
-        # told to use the record's
-        print(f"rerun: with {wanted} CPU kernels (this process runs "
-              f"{environment.cpu_kernels()}): in a new process", flush=True)
-        argv = command_line(args.run_dir, wanted, args.rounds, args.tolerance, args.backend,
-                            args.device, args.trust_imports)
-        return subprocess.run([sys.executable, "-c", "from decent.tools.cli import entry; "
-                               "entry()", *argv], env=environment.with_kernels(wanted)
-                              ).returncode
-    found = rerun(args.run_dir, args.rounds, args.tolerance or 0.0, args.backend,
-                  args.trust_imports, args.device, args.cpu_kernels)
-    for line in found.lines():
-        print(line)
-    return 1 if found.mismatches else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -208,10 +162,6 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class UsageError(Exception):
-    """A command line argparse refused."""
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad command line raises (for :func:`main` to print one line) rather
     than printing the usage block and exiting."""
@@ -227,7 +177,7 @@ DOCS = {
     "sweep": "docs/guides/sweeps-and-reports.md",
     "report": "docs/guides/sweeps-and-reports.md",
     "resume": "docs/guides/churn-and-resume.md",
-    "verify": "docs/guides/churn-and-resume.md",
+    "verify": "docs/guides/churn-and-resume.md, docs/guides/reproducibility.md",
     "doctor": "docs/guides/gpus.md",
     "topo": "docs/guides/topologies.md",
     "config": "docs/guides/configs.md, docs/guides/config-reference.md",
@@ -296,32 +246,8 @@ def parser() -> argparse.ArgumentParser:
                    "one is damaged)")
     c.add_argument("--trust-imports", action="store_true", help=TRUST_HELP)
     c.set_defaults(func=_resume)
-    v = command("verify", help="check a run directory: checkpoints against their "
-                       "manifests, metric rows, summary; one line per problem (exit 1)")
-    v.add_argument("run_dir", help="a finished or interrupted run's directory")
-    v.add_argument("--trust-imports", action="store_true", help=TRUST_HELP)
-    v.add_argument("--rerun", action="store_true",
-                   help="run the record's config.yaml again (same seed, same backend) and "
-                   "compare every metric row with its own, wall time aside: one line per "
-                   "value that differs (exit 1)")
-    v.add_argument("--rounds", type=int, metavar="K",
-                   help="--rerun: only the first K rounds (default: every recorded round)")
-    v.add_argument("--tolerance", type=float, metavar="T",
-                   help="--rerun: values may differ by at most T (absolute; default 0: "
-                   "equal)")
-    v.add_argument("--backend", metavar="NAME",
-                   help="--rerun: on this backend (local, ray) rather than the recorded "
-                   "one; backends give the same rows")
-    v.add_argument("--device", metavar="NAME",
-                   help="--rerun: on this device (cpu, cuda) rather than the recorded "
-                   "config's; device auto picks a GPU where there is one, so a record made "
-                   "on a CPU reruns as it was made with --device cpu")
-    v.add_argument("--cpu-kernels", metavar="NAME",
-                   help="--rerun: with torch's CPU kernels NAME (avx2, avx512, default), in "
-                   "a new process; default: those the record was made with (its "
-                   "segments.json), else this machine's. Kernels sum in different orders: "
-                   "a record made on another CPU reproduces bit for bit only with its own")
-    v.set_defaults(func=_verify)
+    add_verify(command("verify", help="check a run directory: checkpoints against their "
+                       "manifests, metric rows, summary; one line per problem (exit 1)"))
     d = command("doctor", help="what this machine has; --gpu: check every GPU path")
     d.add_argument("--gpu", action="store_true",
                    help="run the GPU acceptance checks (a few minutes) and print a table "
