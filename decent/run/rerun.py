@@ -110,20 +110,21 @@ def rerun(run_dir: str | Path, rounds: int | None = None, tolerance: float | Non
     cfg = load_saved_config(path / "config.yaml", trust_imports)
     say_absent_data(cfg)
     kept_initial = recorded_initial(path) if cfg.eval.initial else None
-    cfg = for_rerun(cfg, Path(tempfile.gettempdir()), backend, device, threads)
-    used, said = tolerance_for(path, cfg, tolerance)
-    found = Comparison(rounds=k, tolerance=used)
-    found.notes.append(said)
     excluded = set(HOST_FIELDS)
-    if cfg.compute.mode == "measured":
-        excluded |= set(MEASURED_FIELDS)
-        found.notes.append(f"compute.mode=measured, not compared: {', '.join(MEASURED_FIELDS)}")
     threads_before = torch.get_num_threads()
-    try:
-        with tempfile.TemporaryDirectory(prefix="decent-rerun-") as scratch:
-            initial, rows = replay(for_rerun(cfg, Path(scratch), None), k)
-    finally:  # a client group sets the run's thread count in this process
-        torch.set_num_threads(threads_before)
+    with tempfile.TemporaryDirectory(prefix="decent-rerun-") as scratch:
+        again = for_rerun(cfg, Path(scratch), backend, device, threads)
+        used, said = tolerance_for(path, again, tolerance)
+        found = Comparison(rounds=k, tolerance=used)
+        found.notes.append(said)
+        if cfg.compute.mode == "measured":
+            excluded |= set(MEASURED_FIELDS)
+            found.notes.append("compute.mode=measured, not compared: "
+                               f"{', '.join(MEASURED_FIELDS)}")
+        try:
+            initial, rows = replay(again, k)
+        finally:  # a client group sets the run's thread count in this process
+            torch.set_num_threads(threads_before)
     if kept_initial is not None:
         found.add_rows("initial", kept_initial, initial, excluded)
     for r in range(k):
