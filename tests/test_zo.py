@@ -177,3 +177,40 @@ def test_pairs_in_range_and_seeded():
     i2, j2 = subcge.pairs(11, 50, 8)
     assert torch.equal(i, i2) and torch.equal(j, j2)
     assert not torch.equal(i, subcge.pairs(12, 50, 8)[0])
+
+
+def test_a_process_applies_the_same_updates_to_the_same_bits_once():
+    """SubCGE.apply: a second replica with the same bits and the same updates is given the
+    first one's result, bit for bit what applying computes; a replica whose bits differ
+    (even by -0.0) is computed, never copied."""
+    from decent.zo import subcge as sc
+    from decent.zo.estimators import SubCGE
+
+    est = SubCGE(4, 0)
+    updates = [(11, 0.5), (3, -0.25), (7, 1e-3)]
+
+    def replica(first: float = 0.0) -> sc.SubCGEState:
+        A = torch.zeros(3, 4, 4)
+        A[0, 0, 0] = first
+        return sc.SubCGEState(A, one_d=[torch.ones(5), torch.zeros(2)])
+
+    reference = replica()
+    sc.apply_messages(reference, updates)
+    calls = []
+    real = sc.apply_messages
+
+    def counted(state, msgs):
+        calls.append(len(msgs))
+        real(state, msgs)
+
+    import unittest.mock as mock
+
+    with mock.patch.object(sc, "apply_messages", counted):
+        a, b, c = replica(), replica(), replica(-0.0)
+        for r in (a, b, c):
+            est.apply(r, updates)
+    assert calls == [3, 3]  # a computed, b copied, c (-0.0) computed
+    for r in (a, b):
+        assert torch.equal(r.A, reference.A)
+        for t, ref in zip(r.one_d, reference.one_d, strict=True):
+            assert torch.equal(t, ref)

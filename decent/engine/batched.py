@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from greenlet import getcurrent, greenlet
 
+from decent.engine import op_count
 from decent.engine.stacked import ChunkStack, Signature, is_transformers
 from decent.engine.stacked_lora import adapted_layers
 from decent.engine.stacked_zo import estimates, unstackable
@@ -137,7 +138,8 @@ class Batcher:
         while waiting:
             asked, waiting = waiting, {}
             started = time.perf_counter()
-            answers = self._serve(chunk, list(asked.values()))
+            with op_count.region(op_count.CHUNK):
+                answers = self._serve(chunk, list(asked.values()))
             elapsed = time.perf_counter() - started
             weight = {cid: getattr(req, "steps", 1) for cid, req in asked.items()}
             total = sum(weight.values()) or 1

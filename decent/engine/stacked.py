@@ -85,7 +85,7 @@ class ChunkStack:
         self.params = {n: torch.zeros((width, *p.shape), dtype=p.dtype, device=p.device)
                        for n, p in template.named_parameters() if p.requires_grad}
         self.state: dict[str, dict[str, torch.Tensor]] = {}  # key → name → stack
-        self._store: tuple[torch.Tensor, torch.Tensor] | bool | None = None  # the shards
+        self._store: dict[str, torch.Tensor] | bool | None = None  # the shards
         # each client's trainable parameters, found once (a model's modules are fixed)
         self.trainable = {c.cid: {n: p for n, p in c.model.named_parameters()
                                   if p.requires_grad} for c in clients}
@@ -165,9 +165,9 @@ class ChunkStack:
                                  if i >= req.steps]
             clip = requests[0].cfg.grad_clip if requests[0].cfg is not None else 0.0
             if clip > 0:
-                norm = self._clip(grads, clip)
+                norm = self._clip(grads, clip).tolist()
                 for r, _ in active:
-                    norms[r].append(float(norm[r]))
+                    norms[r].append(norm[r])
             lr = self._learning_rates(active, i)
             self._update(sig, keys, grads, lr, still)
             values = loss.tolist()
@@ -196,47 +196,59 @@ class ChunkStack:
     def _batch(self, active: list[tuple[int, Client[Any]]],
                batch_size: int) -> tuple[torch.Tensor, ...]:
         """Each active client's batch, drawn with its own generator (the draws sequential
-        mode makes), at its row; the other rows repeat the first (their results are
-        discarded; a real batch keeps them finite)."""
+        mode makes), at its row; the other rows take their shard's first examples (their
+        results are discarded; a real batch keeps them finite)."""
         store = self._data_store(active)
-        if store is not None:  # the examples of every row in one tensor: one gather
+        if store is not None:  # the examples of every row stacked: one gather per tensor
+            drawn = [torch.randint(len(client.data), (batch_size,),  # type: ignore[arg-type]
+                                   generator=client.generator)  # ClientData.sample's draw
+                     for _, client in active]
             idx = torch.zeros((self.width, batch_size), dtype=torch.long)
-            for r, client in active:  # ClientData.sample's draw, client by client
-                idx[r] = torch.randint(len(client.data), (batch_size,),  # type: ignore[arg-type]
-                                       generator=client.generator)
-            rows = torch.arange(self.width, device=store[0].device)[:, None]
-            return tuple(t[rows, idx.to(t.device)] for t in store)
-        drawn = {r: client.data.sample(batch_size, client.generator)  # type: ignore[union-attr]
-                 for r, client in active}
-        first = next(iter(drawn.values()))
+            idx[torch.tensor([r for r, _ in active])] = torch.stack(drawn)
+            device = next(iter(store.values())).device
+            return type(active[0][1].data).gather(store, idx.to(device))
+        drawn_batches = {r: client.data.sample(batch_size, client.generator)  # type: ignore[union-attr]
+                         for r, client in active}
+        first = next(iter(drawn_batches.values()))
         data = active[0][1].data
-        return data.stack([drawn.get(r, first) for r in range(self.width)])  # type: ignore[union-attr]
+        return data.stack([drawn_batches.get(r, first)  # type: ignore[union-attr]
+                           for r in range(self.width)])
 
     def _data_store(self, active: list[tuple[int, Client[Any]]]
-                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The chunk's shards of plain ``ClientData`` (features ``x``, labels ``y``) as two
-        stacked tensors ``[width, largest shard, …]``, each client's shard a view of its
-        row (built once; None for any other kind of data, e.g. prompts of varying length)."""
+                    ) -> dict[str, torch.Tensor] | None:
+        """The chunk's shards (one kind of ``ClientData``, one per client) stacked: each
+        of their per-example tensors (``PER_EXAMPLE``) as ``[width, largest shard, …]``,
+        each client's shard a view of its row, the padding rows a copy of the first
+        shard's (built once; None where the clients' data are not such shards)."""
         if self._store is False:
             return None
         if self._store is None:
             shards = [c.data for c in self.clients]
-            if any(d is None or type(d) is not ClientData for d in shards) or \
-                    len({id(d) for d in shards}) != len(shards):
+            kind = type(shards[0])
+            if any(d is None or type(d) is not kind or not isinstance(d, ClientData)
+                   for d in shards) or len({id(d) for d in shards}) != len(shards) \
+                    or any(getattr(d, f) is None for d in shards for f in kind.PER_EXAMPLE):
                 self._store = False
                 return None
             longest = max(len(d) for d in shards)  # type: ignore[arg-type]
-            x0, y0 = shards[0].x, shards[0].y  # type: ignore[union-attr]
-            xs = torch.zeros((self.width, longest, *x0.shape[1:]), dtype=x0.dtype,
-                             device=x0.device)
-            ys = torch.zeros((self.width, longest, *y0.shape[1:]), dtype=y0.dtype,
-                             device=y0.device)
-            for r, d in enumerate(shards):
-                n = len(d)  # type: ignore[arg-type]
-                xs[r, :n], ys[r, :n] = d.x, d.y  # type: ignore[union-attr]
-                d.x, d.y = xs[r, :n], ys[r, :n]  # type: ignore[union-attr]
-            self._store = (xs, ys)
-        if any(c.data.x.data_ptr() != self._store[0][self.row[c.cid]].data_ptr()  # type: ignore[union-attr]
+            store: dict[str, torch.Tensor] = {}
+            for f in kind.PER_EXAMPLE:
+                t0 = getattr(shards[0], f)
+                # shards padded to the widest (prompts: zeros past the longest, masked)
+                inner = [max(getattr(d, f).shape[k] for d in shards)
+                         for k in range(1, t0.dim())]
+                stack = torch.zeros((self.width, longest, *inner), dtype=t0.dtype,
+                                    device=t0.device)
+                for r, d in enumerate(shards):
+                    t = getattr(d, f)
+                    stack[(r, slice(len(t)), *(slice(k) for k in t.shape[1:]))] = t
+                    setattr(d, f, stack[r, :len(t)])
+                stack[len(shards):] = stack[0]
+                store[f] = stack
+            self._store = store
+        assert isinstance(self._store, dict)
+        x = self._store[type(active[0][1].data).PER_EXAMPLE[0]]
+        if any(c.data.x.data_ptr() != x[self.row[c.cid]].data_ptr()  # type: ignore[union-attr]
                for _, c in active):
             self._store = None  # a shard was replaced: stack them again
             return self._data_store(active)
@@ -252,7 +264,7 @@ class ChunkStack:
             g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
         return total
 
-    def _learning_rates(self, active: list[tuple[int, StepRequest]], i: int) -> torch.Tensor:
+    def _learning_rates(self, active: list[tuple[int, StepRequest]], i: int) -> list[float]:
         """Each row's learning rate at its step ``i`` (the schedule's factor at
         round · steps + i, as sequential mode sets it), also left in the client's
         optimiser as sequential mode leaves it; 0 where a row takes no step."""
@@ -262,23 +274,24 @@ class ChunkStack:
             cfg = req.cfg
             if cfg is not None and cfg.lr_schedule.active:
                 group["lr"] = cfg.lr * cfg.lr_schedule.factor(req.round_ * req.steps + i)
-            lr[r] = group["lr"]
-        return torch.tensor(lr, dtype=torch.float64)
+            lr[r] = float(group["lr"])
+        return lr
 
     @torch.no_grad()
     def _update(self, sig: Signature, keys: tuple[str, ...], grads: dict[str, torch.Tensor],
-                lr: torch.Tensor, still: list[int]) -> None:
+                lr: list[float], still: list[int]) -> None:
         """One optimiser step of every moving row, by torch's own implementation (the one
         ``optimizer.step()`` runs for a client alone): rows that share a learning rate
         and a step count go through it as one tensor, whose entries it updates
         elementwise exactly as each row's own; held rows are left as they were."""
         held = set(still)  # padding rows (past the chunk's clients) never move either
         moving = [r for r in range(len(self.clients)) if r not in held]
-        steps = self.state["step"][self.names[0]] if "step" in keys else None
+        # the rows' step counts read once (one transfer, not one per row)
+        steps = self.state["step"][self.names[0]].tolist() if "step" in keys \
+            else [0.0] * self.width
         groups: dict[tuple[float, float], list[int]] = {}
         for r in moving:
-            groups.setdefault((float(lr[r]), 0.0 if steps is None else float(steps[r])),
-                              []).append(r)
+            groups.setdefault((lr[r], steps[r]), []).append(r)
         step = OPTIMIZER_STEPS[sig.optimizer]
         for (rate, _), rows in groups.items():
             whole = len(rows) == self.width  # every row: stepped in place, no gather
@@ -312,11 +325,11 @@ class ChunkStack:
         payloads: list[dict[str, torch.Tensor]] = []  # receivers is read once
         at: list[list[int]] = [[], []]
         weights: list[float] = []
-        keep = torch.zeros(self.width, dtype=torch.float64)
+        keeps = [0.0] * self.width
         for req in requests:
             self._link_params(req.client)
             r = self.row[req.client.cid]
-            keep[r] = req.keep
+            keeps[r] = req.keep
             for src, payload in req.payloads.items():
                 if id(payload) not in columns:
                     columns[id(payload)] = len(payloads)
@@ -324,6 +337,7 @@ class ChunkStack:
                 at[0].append(r)
                 at[1].append(columns[id(payload)])
                 weights.append(req.weights[src])
+        keep = torch.tensor(keeps, dtype=torch.float64)
         asked = {self.row[req.client.cid] for req in requests}
         held = torch.tensor([r < len(self.clients) and r not in asked for r in range(self.width)])
         sparse = torch.sparse_coo_tensor(at, weights, (self.width, len(payloads)),

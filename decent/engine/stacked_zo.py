@@ -110,24 +110,41 @@ def stacked_batch(requests: list[EstimateRequest]) -> tuple[torch.Tensor, ...]:
 
 def deltas(requests: list[EstimateRequest], basis: subcge.SubspaceBasis,
            sign: float) -> torch.Tensor:
-    """Each row's A + δ (rows × L × r × r), δ as ``subcge.two_point`` draws it."""
+    """Each row's A + δ (rows × L × r × r), δ as ``subcge.two_point`` draws it: every
+    row's ±ε written at its (i_ℓ, j_ℓ) in one scatter."""
     L, r = basis.num_layers, basis.rank
-    layers = torch.arange(L)
-    out = []
-    for req in requests:
-        state = req.replica
-        delta = torch.zeros_like(state.A)  # type: ignore[union-attr]
-        i, j = subcge.pairs(req.seed, L, r)
-        delta[layers, i.to(delta.device), j.to(delta.device)] = sign * req.eps
-        out.append(state.A + delta)  # type: ignore[union-attr]
-    return torch.stack(out)
+    A = torch.stack([req.replica.A for req in requests])  # type: ignore[union-attr]
+    ij = subcge.pair_table([req.seed for req in requests], L, r).to(A.device)
+    rows = torch.arange(len(requests), device=A.device)[:, None]
+    layers = torch.arange(L, device=A.device)[None, :]
+    eps = torch.tensor([sign * req.eps for req in requests], dtype=A.dtype, device=A.device)
+    delta = torch.zeros_like(A)
+    delta[rows, layers, ij[:, 0], ij[:, 1]] = eps[:, None].expand(len(requests), L)
+    return A + delta
 
 
-def perturbed_one_d(req: EstimateRequest, sign: float) -> list[torch.Tensor]:
-    """The client's 1-D tensors at ±ε: the same in-place addition, on copies."""
-    copies = [t.detach().clone() for t in req.replica.one_d]  # type: ignore[union-attr]
-    mezo.add_gaussian(copies, req.seed, sign * req.eps)
-    return copies
+def perturbed_one_d(requests: list[EstimateRequest], sign: float) -> list[torch.Tensor]:
+    """Every row's 1-D tensors at ±ε, one stack (rows × size) per tensor: each client's z
+    drawn from its seed as ``mezo.add_gaussian`` draws it, then one addition per tensor
+    for all rows (the same element-wise ``t + scale · z`` as the in-place one, on
+    copies). Rows with different ε (clients of differently configured runs never share
+    a chunk, so only in principle) are added row by row."""
+    bases = [torch.stack(ts) for ts in zip(*(req.replica.one_d  # type: ignore[union-attr]
+                                            for req in requests), strict=True)]
+    if not bases:
+        return []
+    draws = [mezo.gaussians(req.replica.one_d, req.seed)  # type: ignore[union-attr]
+             for req in requests]
+    zs = [torch.stack(z) for z in zip(*draws, strict=True)]
+    scales = {sign * req.eps for req in requests}
+    if len(scales) == 1:
+        scale = scales.pop()
+        return [torch.add(base, z, alpha=scale) for base, z in zip(bases, zs, strict=True)]
+    out = [base.clone() for base in bases]
+    for row, req in enumerate(requests):
+        for t, z in zip(out, zs, strict=True):
+            t[row].add_(z[row], alpha=sign * req.eps)
+    return out
 
 
 class HooksAside:
@@ -188,8 +205,7 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
                 m._parameters["weight"] = nn.Parameter(torch.ones_like(w), requires_grad=False)
             for sign in (1.0, -1.0):
                 current["a"] = deltas(requests, basis, sign)
-                one_d = [perturbed_one_d(req, sign) for req in requests]
-                current["w"] = [torch.stack(ts) for ts in zip(*one_d, strict=True)]
+                current["w"] = perturbed_one_d(requests, sign)
                 per_example = task.example_losses(model, batch)
                 losses.append(per_example.reshape(rows, -1).mean(dim=1))
         finally:
@@ -221,13 +237,11 @@ def subcge_vmapped(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch
     with HooksAside(targets):
         for sign in (1.0, -1.0):
             a = deltas(requests, basis, sign)
-            stacks = {f"{name}.weight": torch.stack([
-                m.weight + (basis.U[ell] @ a[c, ell] @ basis.V[ell].T).to(m.weight.dtype)
-                for c in range(len(requests))])
-                for ell, (name, m) in enumerate(zip(basis.names, targets, strict=True))}
-            one_d = [perturbed_one_d(req, sign) for req in requests]
-            stacks.update({n: torch.stack(ts) for n, ts in
-                           zip(one_d_names, zip(*one_d, strict=True), strict=True)})
+            # every row's W + U (A_c + δ_c) Vᵀ of a layer in one batched product
+            stacks = {f"{name}.weight": m.weight + (basis.U[ell] @ a[:, ell] @ basis.V[ell].T
+                                                    ).to(m.weight.dtype)
+                      for ell, (name, m) in enumerate(zip(basis.names, targets, strict=True))}
+            stacks.update(zip(one_d_names, perturbed_one_d(requests, sign), strict=True))
             losses.append(vmapped_losses(model, task, stacks, batch))
     return losses[0], losses[1]
 

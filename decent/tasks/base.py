@@ -18,6 +18,10 @@ class ClientData:
     x: torch.Tensor
     y: torch.Tensor
 
+    # the attributes holding one entry per example: what a chunk of clients stacks once
+    # (``[rows, largest shard, …]``) to draw every row's batch in one gather
+    PER_EXAMPLE: ClassVar[tuple[str, ...]] = ("x", "y")
+
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
@@ -43,6 +47,15 @@ class ClientData:
         """Batches of several clients (of this kind of data) as one batch with a leading
         client axis: what batched execution feeds one stacked forward pass."""
         return tuple(torch.stack(parts) for parts in zip(*batches, strict=True))
+
+    @classmethod
+    def gather(cls, store: dict[str, torch.Tensor],
+               idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every row's batch of examples ``idx[row]`` (``[rows, batch]``) from the stacked
+        shards ``store`` (:attr:`PER_EXAMPLE` → ``[rows, largest shard, …]``): what
+        :meth:`stack` makes of each row's :meth:`rows`, in one gather per tensor."""
+        rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+        return store["x"][rows, idx], store["y"][rows, idx]
 
 
 class Task(ABC):

@@ -55,6 +55,11 @@ class SequenceData(ClientData):
     def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (self.x[idx],)
 
+    @classmethod
+    def gather(cls, store: dict[str, torch.Tensor],
+               idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return ClientData.gather(store, idx)[:1]
+
 
 class LanguageModelingTask(Task):
     METRICS = ("loss", "perplexity")

@@ -16,7 +16,7 @@ validation set serves as test); otherwise all three are disjoint samples of one 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -66,13 +66,42 @@ class TokenizedData(ClientData):
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
         return ids, mask, self.y[idx]
 
+    PER_EXAMPLE: ClassVar[tuple[str, ...]] = ("x", "y", "lengths")
+
     def stack(self, batches: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
-        """Each client's batch right-padded to the longest: masked positions after a
-        prompt's last token, which a causal model's earlier positions never attend to."""
-        width = max(ids.shape[1] for ids, _, _ in batches)
-        return (torch.stack([F.pad(ids, (0, width - ids.shape[1])) for ids, _, _ in batches]),
-                torch.stack([F.pad(m, (0, width - m.shape[1])) for _, m, _ in batches]),
-                torch.stack([y for _, _, y in batches]))
+        """Each client's batch right-padded with zeros to the longest: masked positions
+        after a prompt's last token, which a causal model's earlier positions never attend
+        to. The same number of operations whatever the number of batches: every batch's
+        ids (and mask) flattened into one tensor, written at once where a position is
+        inside its batch's width (row-major order is the concatenation's order)."""
+        ids0 = batches[0][0]
+        widths = [ids.shape[1] for ids, _, _ in batches]
+        rows, size, width = len(batches), ids0.shape[0], max(widths)
+        pos = torch.arange(width, device=ids0.device)
+        inside = (pos[None, :] < torch.tensor(widths, device=ids0.device)[:, None])
+        inside = inside[:, None, :].expand(rows, size, width)
+
+        def padded(k: int) -> torch.Tensor:
+            out = batches[0][k].new_zeros((rows, size, width))
+            out[inside] = torch.cat([b[k].reshape(-1) for b in batches])
+            return out
+
+        return padded(0), padded(1), torch.stack([y for _, _, y in batches])
+
+    @classmethod
+    def gather(cls, store: dict[str, torch.Tensor],
+               idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """As :meth:`stack` of each row's :meth:`rows`: a row's ids are cut to its own
+        longest prompt and padded with zeros to the longest of all rows."""
+        rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+        lengths = store["lengths"][rows, idx]
+        own = lengths.max(dim=1).values
+        width = int(own.max())
+        pos = torch.arange(width, device=idx.device)
+        ids = store["x"][rows, idx, :width]
+        ids = ids.masked_fill(pos >= own[:, None, None], 0)
+        mask = (pos < lengths[..., None]).long()
+        return ids, mask, store["y"][rows, idx]
 
 
 def special_prefix(tokenizer: Any) -> list[int]:

@@ -16,6 +16,7 @@ the clients' replicas are copied from it); each replica then gets its own state 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,44 @@ class DenseReplica:
 Replica = DenseReplica | subcge.SubCGEState
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits as integers (equal exactly where the floats are bit-identical: -0.0
+    and 0.0 apart, a NaN equal to itself)."""
+    kinds = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+    return t.detach().reshape(-1).view(kinds[t.element_size()])
+
+
+_LAST_APPLIED: weakref.WeakKeyDictionary[SubCGE, ApplyOnce] = weakref.WeakKeyDictionary()
+
+
+class ApplyOnce:
+    """The last application of a process: the updates, the replica's tensors before and
+    after. Under full flooding every replica of a process applies the same sorted updates
+    to the same bits; the next replica that does is given the result (copied) instead of
+    computing it again: O(replica size) instead of O(messages × (layers + d_1D)). Exact:
+    the result of the same operations on the same bits, recognised bit for bit."""
+
+    def __init__(self) -> None:
+        self.updates: tuple[Update, ...] | None = None
+        self.before: list[torch.Tensor] = []
+        self.after: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def __call__(self, tensors: Sequence[torch.Tensor], updates: Sequence[Update],
+                 apply: Callable[[], None]) -> None:
+        key = tuple(updates)
+        if key == self.updates and len(tensors) == len(self.before) and all(
+                t.shape == b.shape and t.dtype == b.dtype and torch.equal(_bits(t), _bits(b))
+                for t, b in zip(tensors, self.before, strict=True)):
+            for t, a in zip(tensors, self.after, strict=True):
+                t.copy_(a)
+            return
+        before = [t.detach().clone() for t in tensors]
+        apply()
+        self.updates, self.before = key, before
+        self.after = [t.detach().clone() for t in tensors]
+
+
 @storable(fields=())
 class DenseMeZO:
     def prepare_base(self, model: nn.Module) -> None:
@@ -73,6 +112,7 @@ class DenseMeZO:
         return alpha
 
     def apply(self, replica: DenseReplica, updates: Sequence[Update]) -> None:
+        # (no ApplyOnce: it would hold two copies of the whole model in the process)
         mezo.apply_updates(replica.tensors, updates)
 
     def refresh(self, models: Sequence[nn.Module], replicas: Sequence[DenseReplica], seed: int,
@@ -132,7 +172,11 @@ class SubCGE:
         return subcge.two_point(self.basis, replica, loss_fn, seed, eps)
 
     def apply(self, replica: subcge.SubCGEState, updates: Sequence[Update]) -> None:
-        subcge.apply_messages(replica, updates)
+        # the process's last application: transient, kept beside the estimator (a checkpoint
+        # stores the estimator's declared fields only)
+        once = _LAST_APPLIED.setdefault(self, ApplyOnce())
+        once([replica.A, *replica.one_d], updates,
+             lambda: subcge.apply_messages(replica, updates))
 
     @torch.no_grad()
     def refresh(self, models: Sequence[nn.Module], replicas: Sequence[subcge.SubCGEState],

@@ -17,6 +17,15 @@ def zo_generator(seed: int, device: torch.device | str) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def gaussians(tensors: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """The z of :func:`add_gaussian` for ``tensors`` (one per tensor, in their order)."""
+    if not tensors:
+        return []
+    g = zo_generator(seed, tensors[0].device)
+    return [torch.randn(t.shape, generator=g, device=t.device, dtype=t.dtype)
+            for t in tensors]
+
+
 @torch.no_grad()
 def add_gaussian(tensors: Sequence[torch.Tensor], seed: int, scale: float) -> None:
     """In place ``t += scale · z`` with z drawn from ``seed`` in the order of ``tensors``."""

@@ -113,9 +113,19 @@ def attach(model: nn.Module, basis: SubspaceBasis, state: SubCGEState) -> list[R
 
 def pairs(seed: int, num_layers: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The canonical (i_ℓ, j_ℓ) ~ Unif([r]×[r]) of every layer for message ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    ij = torch.randint(rank, (2, num_layers), generator=g)
+    ij = pairs_drawn(seed, num_layers, rank)
     return ij[0], ij[1]
+
+
+def pair_table(seeds: Sequence[int], num_layers: int, rank: int) -> torch.Tensor:
+    """:func:`pairs` of every seed, stacked: ``[seeds, 2, layers]`` (i then j)."""
+    return torch.stack([pairs_drawn(seed, num_layers, rank) for seed in seeds])
+
+
+def pairs_drawn(seed: int, num_layers: int, rank: int) -> torch.Tensor:
+    """The ``[2, layers]`` draw of :func:`pairs`."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(rank, (2, num_layers), generator=g)
 
 
 def one_d_tensors(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
