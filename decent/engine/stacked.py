@@ -200,8 +200,7 @@ class ChunkStack:
         results are discarded; a real batch keeps them finite)."""
         store = self._data_store(active)
         if store is not None:  # the examples of every row stacked: one gather per tensor
-            drawn = [torch.randint(len(client.data), (batch_size,),  # type: ignore[arg-type]
-                                   generator=client.generator)  # ClientData.sample's draw
+            drawn = [client.data.draw(batch_size, client.generator)  # type: ignore[union-attr]
                      for _, client in active]
             idx = torch.zeros((self.width, batch_size), dtype=torch.long)
             idx[torch.tensor([r for r, _ in active])] = torch.stack(drawn)
@@ -247,7 +246,7 @@ class ChunkStack:
                 store[f] = stack
             self._store = store
         assert isinstance(self._store, dict)
-        x = self._store[type(active[0][1].data).PER_EXAMPLE[0]]
+        x = self._store["x"]
         if any(c.data.x.data_ptr() != x[self.row[c.cid]].data_ptr()  # type: ignore[union-attr]
                for _, c in active):
             self._store = None  # a shard was replaced: stack them again

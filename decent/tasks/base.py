@@ -27,8 +27,11 @@ class ClientData:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """A batch drawn uniformly with replacement, using the client's own RNG."""
-        idx = torch.randint(len(self), (batch_size,), generator=generator)
-        return self.rows(idx.to(self.x.device))
+        return self.rows(self.draw(batch_size, generator).to(self.x.device))
+
+    def draw(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """The indices :meth:`sample` takes: uniform with replacement, on the CPU."""
+        return torch.randint(len(self), (batch_size,), generator=generator)
 
     def poisson_sample(self, rate: float, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """A Poisson sample: each example independently with probability ``rate``, in
