@@ -6,10 +6,11 @@ start, wait, job submit, stop) and the autoscaling cluster on one machine
 (cluster-local.yaml) — run by bash exactly as written, in a copy of the checkout
 (tests/cluster_guide_blocks.py, a background job of `make test`'s cluster step), so the
 runtime environment file, the working directory, the console script on the cluster and the
-driver's connection via ``RAY_ADDRESS`` are all exercised. The dry run runs a second time
-beside another Ray on Ray's default ports, which the blocks once used and would have sent
-their job to. Only subprocesses touch Ray: the test process may host an embedded Ray of
-other tests, which must be left alone.
+driver's connection via ``RAY_ADDRESS`` are all exercised. The dry run runs beside
+another Ray on Ray's default ports, which the blocks once used and would have sent their
+job to: the block as written, on a machine that also has what once broke it. Only
+subprocesses touch Ray: the test process may host an embedded Ray of other tests, which
+must be left alone.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def ran(found: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.cluster  # a Ray head, a job and its teardown, end to end (~35 s)
 def test_the_guides_dry_run_works_as_written(blocks) -> None:
     """The head starts, the job waits for it, `decent run` runs on it as a Ray job, and the
-    block stops its own head."""
-    run = ran(blocks["dry_run"])
+    block stops its own head (the run beside another Ray: the test below)."""
+    run = ran(blocks["beside_another_ray"])
     summary = run["summary"]
     assert summary["backend"] == "ray"
     assert summary["rounds"] == ROUNDS
