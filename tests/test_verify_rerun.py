@@ -37,6 +37,15 @@ def record(tmp_path_factory) -> Path:
     return run(from_dict(cfg)).run_dir
 
 
+@pytest.fixture(autouse=True)
+def own_temp_dir(tmp_path, monkeypatch):
+    """Each test's re-runs make their scratch folders in a temp dir of its own: another
+    worker's re-run, in the machine's, is not one this test left behind."""
+    own = tmp_path / "tmp"
+    own.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
+
+
 def scratch_folders() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("decent-rerun-*")}
 
