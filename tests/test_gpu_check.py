@@ -86,3 +86,39 @@ def test_the_throughput_table_prints_both_modes_and_their_ratio():
     assert lines[0].startswith("throughput on an H100") and len(lines) == 3
     cells = lines[2].split()
     assert "8.00×" in cells and "812" in cells and "71" in cells and "12" in cells
+
+
+def test_model_flops_count_the_tokens_run_not_the_padding():
+    """The MFU's FLOPs: 2 · N_body per real token (the mask's ones; the decoder's weights
+    without its embedding tables) and 2 · N_head per position the LM head ran, tripled
+    under autograd for a model whose every weight trains; counted from an independent
+    sum over the tiny OPT's modules."""
+    import torch
+
+    from decent.models.tiny import build_tiny
+    from decent.tools.throughput import TokenCount
+
+    torch.manual_seed(0)
+    model = build_tiny("tiny-opt")
+    body = model.model.decoder
+    n_body = sum(p.numel() for name, p in body.named_parameters()
+                 if not name.startswith(("embed_tokens", "embed_positions")))
+    n_head = model.lm_head.weight.numel()
+    ids = torch.randint(3, 100, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 4:] = 0  # 3 padded positions
+    mask[2, 6:] = 0  # and 1 more: 17 real tokens of 21
+    counter = TokenCount([model, model])  # the same model twice: hooked once
+    try:
+        with torch.no_grad():
+            model.model(input_ids=ids, attention_mask=mask)  # the decoder alone
+        assert counter.take() == 2.0 * n_body * 17
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)  # decoder and head on 21 positions
+        assert counter.take() == 2.0 * n_body * 17 + 2.0 * n_head * 21
+        model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+        assert counter.take() == 3 * (2.0 * n_body * 17 + 2.0 * n_head * 21)
+    finally:
+        counter.close()
+    model(input_ids=ids, attention_mask=mask)
+    assert counter.take() == 0.0

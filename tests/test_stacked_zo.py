@@ -24,6 +24,7 @@ from tests.helpers import tiny
 LM_TASK = {"name": "lm", "corpus": "shakespeare", "seq_len": 32, "max_tokens": 20_000,
            "partition": "contiguous", "max_eval_sequences": 8}
 LLAMA = {"name": "causal_lm", "path": "tiny-llama"}
+OPT = {"name": "causal_lm", "path": "tiny-opt"}  # biases and LayerNorms: the paper's family
 MLP = {"name": "mlp", "hidden": [16]}
 
 
@@ -55,9 +56,11 @@ def model_vectors(group) -> dict[int, np.ndarray]:
             for cid, c in group.clients.items()}
 
 
-@pytest.mark.parametrize(("model", "estimator"), [(LLAMA, "subcge"), (MLP, "subcge"),
-                                                  (MLP, "mezo"), (MLP, "in_place")],
-                         ids=["llama-subcge", "mlp-subcge", "mlp-mezo", "mlp-mezo-in-place"])
+@pytest.mark.parametrize(("model", "estimator"), [(LLAMA, "subcge"), (OPT, "subcge"),
+                                                  (MLP, "subcge"), (MLP, "mezo"),
+                                                  (MLP, "in_place")],
+                         ids=["llama-subcge", "opt-subcge", "mlp-subcge", "mlp-mezo",
+                              "mlp-mezo-in-place"])
 def test_stacked_estimates_match_alone_and_restore_every_replica(tmp_path, model, estimator):
     """Four clients' estimates in one computation: each loss within LOSS_RTOL of the
     client's own sequential estimate, and every model left bit-for-bit as sequential
@@ -104,11 +107,13 @@ def test_stacked_estimates_match_alone_and_restore_every_replica(tmp_path, model
             assert float(group.task.loss(client.model, probe)) == probe_loss
 
 
-def test_batched_seedflood_tiny_llama_matches_sequential(tmp_path):
-    """SeedFlood with SubCGE on a tiny Llama, batched: the same rows (losses within the
-    stated tolerance; bytes, messages, staleness exactly) and replicas still identical."""
-    seq = run(flood(tmp_path, "sequential", LLAMA)).rows
-    bat = run(flood(tmp_path, "batched", LLAMA)).rows
+@pytest.mark.parametrize("model", [LLAMA, OPT], ids=["llama", "opt"])
+def test_batched_seedflood_tiny_lm_matches_sequential(tmp_path, model):
+    """SeedFlood with SubCGE on a tiny Llama (RMSNorms) and a tiny OPT (LayerNorms and
+    biases), batched: the same rows (losses within the stated tolerance; bytes, messages,
+    staleness exactly) and replicas still identical."""
+    seq = run(flood(tmp_path, "sequential", model)).rows
+    bat = run(flood(tmp_path, "batched", model)).rows
     approx = {"loss", "gmp_loss", "gmp_perplexity", "round_wall_s"}
     for a, b in zip(seq, bat, strict=True):
         assert {k: v for k, v in a.items() if k not in approx} == \
@@ -116,7 +121,7 @@ def test_batched_seedflood_tiny_llama_matches_sequential(tmp_path):
         assert b["loss"] == pytest.approx(a["loss"], rel=LOSS_RTOL)
         assert b["gmp_loss"] == pytest.approx(a["gmp_loss"], rel=LOSS_RTOL)
         assert b["consensus_distance"] == 0.0
-    backend = local_engine(flood(tmp_path, "batched", LLAMA))
+    backend = local_engine(flood(tmp_path, "batched", model))
     assert backend.group.batcher is not None
     for r in range(2):
         backend.run_round(r)
@@ -151,7 +156,6 @@ def test_batched_mezo_steps_match_sequential(tmp_path, name):
 
 @pytest.mark.parametrize(("model", "estimator", "reason"), [
     (LLAMA, "mezo", "dense MeZO perturbations of a transformers model"),
-    ({"name": "causal_lm", "path": "tiny-opt"}, "subcge", "not a Llama RMSNorm weight"),
 ])
 def test_what_cannot_stack_is_refused_in_one_line(tmp_path, model, estimator, reason):
     with pytest.raises(ConfigError, match=reason):
@@ -167,3 +171,20 @@ def test_batched_seedflood_on_ray_equals_the_local_batched_run(tmp_path, ray_ses
     from tests.helpers import assert_ray_equals_local
 
     assert_ray_equals_local(to_dict(flood(tmp_path, "batched", LLAMA, rounds=2)), 2)
+
+
+def test_a_one_d_tensor_that_is_no_scale_or_shift_is_named():
+    """A 1-D tensor the stacked forward cannot apply per row (here a BatchNorm's weight
+    in a tiny OPT) is named in the refusal; OPT's own LayerNorms and biases are not."""
+    from decent.engine.stacked_zo import SCALE, SHIFT, one_d_problem, one_d_role
+    from decent.models.tiny import build_tiny
+
+    model = build_tiny("tiny-opt")
+    assert one_d_problem(model) is None
+    layer = "model.decoder.layers.0"
+    assert one_d_role(model, f"{layer}.self_attn_layer_norm.weight") == SCALE
+    assert one_d_role(model, f"{layer}.self_attn_layer_norm.bias") == SHIFT
+    assert one_d_role(model, f"{layer}.fc1.bias") == SHIFT
+    model.get_submodule(layer).add_module("odd", torch.nn.BatchNorm1d(64))
+    problem = one_d_problem(model)
+    assert problem is not None and f"{layer}.odd.weight" in problem

@@ -60,7 +60,16 @@ def lora_grads(model: torch.nn.Module, layers: list[AdaptedLayer], task: Task,
     backward through the base weights for all rows."""
     rows = batch[0].shape[0]
     leaves = {n: t.detach().requires_grad_() for n, t in params.items()}
-    hooks = [layer.module.register_forward_hook(low_rank_term(layer, leaves, rows))
+    # the low-rank terms run in the base's compute dtype: each adapter stack is cast once
+    # per step (a no-op where the dtypes agree), not the activations in every layer's
+    # hook; the gradient flows back through the cast into the float32 leaves, where
+    # the optimiser's step and moments keep full precision
+    compute = {}
+    for layer in layers:
+        dtype = layer.module.base_layer.weight.dtype
+        for name in (layer.a, layer.b):
+            compute[name] = leaves[name].to(dtype)
+    hooks = [layer.module.register_forward_hook(low_rank_term(layer, compute, rows))
              for layer in layers]
     try:  # (a phase may run under no_grad; these gradients are taken here)
         with torch.enable_grad(), model.disable_adapter():  # type: ignore[operator]
@@ -76,14 +85,14 @@ def lora_grads(model: torch.nn.Module, layers: list[AdaptedLayer], task: Task,
 def low_rank_term(layer: AdaptedLayer, leaves: dict[str, torch.Tensor],
                   rows: int) -> Callable[..., torch.Tensor]:
     """A forward hook adding s · (x_c A_c^T) B_c^T to the base layer's output, each row
-    block c of the batch with its own adapters (one ``bmm`` per factor)."""
+    block c of the batch with its own adapters (one ``bmm`` per factor), in the
+    adapters' dtype as given (the base's compute dtype: no cast here)."""
     a, b = leaves[layer.a], leaves[layer.b]  # [rows, r, in], [rows, out, r]
 
     def hook(module: torch.nn.Module, args: tuple[torch.Tensor, ...],
              out: torch.Tensor) -> torch.Tensor:
-        x = args[0]
-        per_row = x.reshape(rows, -1, x.shape[-1]).to(a.dtype)
+        per_row = args[0].reshape(rows, -1, args[0].shape[-1])
         low = torch.bmm(torch.bmm(per_row, a.transpose(1, 2)), b.transpose(1, 2))
-        return out + (layer.scaling * low).reshape(out.shape).to(out.dtype)
+        return out + (layer.scaling * low).reshape(out.shape)
 
     return hook

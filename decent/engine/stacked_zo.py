@@ -8,9 +8,13 @@ Two ways, by model:
   a process share every weight W and the basis U, V; each owns A (L×r×r) and its 1-D
   tensors. The clients' batches go through ONE model (the first request's, its own SubCGE
   hooks set aside) as one batch, and hooks add each client's ``((x_c V)(A_c+δ_c)ᵀ)Uᵀ`` to
-  its row block (``bmm``), as ``stacked_lora`` does for LoRA. The 1-D tensors must be
-  Llama RMSNorm weights (``weight * h``): the norm runs with a weight of ones and its
-  output rows are multiplied by each client's (perturbed) weight, which is bit-exact.
+  its row block (``bmm``), as ``stacked_lora`` does for LoRA. The 1-D tensors are applied
+  per row at their module's output: a norm's weight as a scale and a bias as a shift
+  (Llama RMSNorm ``weight * h``; OPT's LayerNorm ``weight * ĥ + bias``; a Linear's bias).
+  The module runs with the neutral tensor (ones, zeros) and each client's (perturbed)
+  tensor multiplies or is added to its own rows: for RMSNorm this is bit-exact; for a
+  LayerNorm or a biased Linear the fused kernel's rounding is replaced by a separate
+  product and sum, within the losses' tolerance like the rest of the stacked forward.
   Each client's loss is the mean of its own examples' losses (``Task.example_losses``).
 * **Any other model: ``torch.func.vmap`` over ``functional_call``**, as
   ``engine/stacked.py`` does for first-order steps, with each client's parameters as it
@@ -49,6 +53,7 @@ LOSS_RTOL = 1e-6  # batched vs sequential losses (relative); measured ≤ 2e-7 o
 # norms computing ``weight * normalised(h)`` (weight last, no bias): applying the weight
 # to the output instead is the same product
 RMS_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm")
+SCALE, SHIFT = "scale", "shift"  # how a 1-D tensor acts on its module's output
 
 
 def model_problem(model: nn.Module, estimator: str) -> str | None:
@@ -60,12 +65,26 @@ def model_problem(model: nn.Module, estimator: str) -> str | None:
     return one_d_problem(model)
 
 
+def one_d_role(model: nn.Module, name: str) -> str | None:
+    """How the 1-D tensor ``name`` acts on its module's output (SCALE or SHIFT), or None
+    where it is not an elementwise scale or shift of that output."""
+    owner, _, attr = name.rpartition(".")
+    module = model.get_submodule(owner)
+    if type(module).__name__ in RMS_NORMS and attr == "weight":
+        return SCALE
+    if isinstance(module, nn.LayerNorm) and attr in ("weight", "bias"):
+        return SCALE if attr == "weight" else SHIFT
+    if isinstance(module, nn.Linear) and attr == "bias":
+        return SHIFT
+    return None
+
+
 def one_d_problem(model: nn.Module) -> str | None:
     for name, _ in subcge.one_d_tensors(model):
-        owner, _, attr = name.rpartition(".")
-        if attr != "weight" or type(model.get_submodule(owner)).__name__ not in RMS_NORMS:
-            return (f"its 1-D tensor {name} is not a Llama RMSNorm weight, which the "
-                    "stacked SubCGE forward cannot apply per client")
+        if one_d_role(model, name) is None:
+            return (f"its 1-D tensor {name} is neither a norm's weight or bias nor a "
+                    "Linear's bias, which the stacked SubCGE forward cannot apply per "
+                    "client")
     return None
 
 
@@ -175,42 +194,55 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
     model, task, rows = requests[0].client.model, requests[0].task, len(requests)
     batch = tuple(t.flatten(0, 1) for t in stacked_batch(requests))
     targets = [model.get_submodule(n) for n in basis.names]
-    norms = [model.get_submodule(n.rpartition(".")[0]) for n, _ in subcge.one_d_tensors(model)]
+    one_d = [(n.rpartition(".")[0], n.rpartition(".")[2], one_d_role(model, n))
+             for n, _ in subcge.one_d_tensors(model)]
+    owners = [model.get_submodule(owner) for owner, _, _ in one_d]
     current: dict[str, Any] = {}
+    # the low-rank terms in the model's compute dtype: U, V cast once per basis, A + δ
+    # once per sign for every layer, none in the hooks (float32: no cast at all)
+    dtype = targets[0].weight.dtype if targets else torch.float32
+    Us, Vs = basis.factors(dtype)
 
     def low_rank(ell: int) -> Any:
-        U, V = basis.U[ell], basis.V[ell]
+        U, V = Us[ell], Vs[ell]
 
         def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
-            x = inputs[0]
-            a = current["a"][:, ell].to(x.dtype)  # rows × r × r
-            xv = (x @ V.to(x.dtype)).reshape(rows, -1, V.shape[1])
-            low = torch.bmm(xv, a.transpose(1, 2)) @ U.T.to(x.dtype)
+            a = current["a"][:, ell]  # rows × r × r
+            xv = (inputs[0] @ V).reshape(rows, -1, V.shape[1])
+            low = torch.bmm(xv, a.transpose(1, 2)) @ U.T
             return out + low.reshape(out.shape)
         return hook
 
-    def scale(k: int) -> Any:
+    def per_row(k: int, role: str | None) -> Any:
         def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
-            w = current["w"][k]  # rows × hidden: each client's weight on its own rows
-            return (w[:, None, :] * out.reshape(rows, -1, out.shape[-1])).reshape(out.shape)
+            t = current["w"][k][:, None, :]  # rows × 1 × hidden: each client's own rows
+            blocks = out.reshape(rows, -1, out.shape[-1])
+            return (t * blocks if role == SCALE else blocks + t).reshape(out.shape)
         return hook
 
-    weights = [m._parameters["weight"] for m in norms]
+    # the modules run with neutral 1-D tensors (ones scale, zeros shift); each client's
+    # own is applied to its rows by the hooks, in named_parameters order (a LayerNorm's
+    # weight before its bias, a Linear's bias after its low-rank term)
+    live = [m._parameters[attr] for m, (_, attr, _) in zip(owners, one_d, strict=True)]
+    neutral = [nn.Parameter(torch.ones_like(t) if role == SCALE else torch.zeros_like(t),
+                            requires_grad=False)
+               for t, (_, _, role) in zip(live, one_d, strict=True)]
     losses = []
-    with HooksAside(targets + norms):
+    with HooksAside(list({id(m): m for m in targets + owners}.values())):
         handles = [m.register_forward_hook(low_rank(ell)) for ell, m in enumerate(targets)]
-        handles += [m.register_forward_hook(scale(k)) for k, m in enumerate(norms)]
+        handles += [m.register_forward_hook(per_row(k, role))
+                    for k, (m, (_, _, role)) in enumerate(zip(owners, one_d, strict=True))]
         try:
-            for m, w in zip(norms, weights, strict=True):
-                m._parameters["weight"] = nn.Parameter(torch.ones_like(w), requires_grad=False)
+            for m, (_, attr, _), t in zip(owners, one_d, neutral, strict=True):
+                m._parameters[attr] = t
             for sign in (1.0, -1.0):
-                current["a"] = deltas(requests, basis, sign)
+                current["a"] = deltas(requests, basis, sign).to(dtype)
                 current["w"] = perturbed_one_d(requests, sign)
                 per_example = task.example_losses(model, batch)
                 losses.append(per_example.reshape(rows, -1).mean(dim=1))
         finally:
-            for m, w in zip(norms, weights, strict=True):
-                m._parameters["weight"] = w  # the very tensor: the replica's own
+            for m, (_, attr, _), t in zip(owners, one_d, live, strict=True):
+                m._parameters[attr] = t  # the very tensor: the replica's own
             for h in handles:
                 h.remove()
     return losses[0], losses[1]

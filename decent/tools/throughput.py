@@ -8,12 +8,16 @@ is not counted. Figures are medians over the measured rounds.
 
 - **busy**: the fraction of the round the device reported work, sampled from
   ``torch.cuda.utilization()`` (NVML) every 20 ms where the driver answers; None on a CPU.
-- **MFU**: the model FLOPs of the round (6·N·tokens per training step, 4·N·tokens per
-  zeroth-order step: two forward passes; N every parameter of one client's model, tokens
-  the batch's examples × the task's ``max_length`` for language models, 1 per example
-  otherwise: an upper bound where batches are padded shorter) over the round's time and
-  the device's peak for the dtype (dense tensor-core figures of the vendor's data sheet);
-  None where the device's peak is not known.
+- **MFU**: the model FLOPs of the round over the round's time and the device's peak for
+  the dtype (dense tensor-core figures of the vendor's data sheet; None where the
+  device's peak is not known). A language model's FLOPs come from the tokens it actually
+  ran (:class:`TokenCount`: the attention mask's ones, padding left out) in each forward:
+  2 · N_body per token, N_body the decoder's weights without its embedding tables (a
+  look-up is no multiply), plus 2 · N_head per position where the LM head ran in full
+  (next-token loss; classification reads k label rows only); a forward under autograd
+  counts its backward too, 1× for the activations' gradients plus the trainable
+  fraction for the weights' (3× a full fine-tune, ~2× LoRA). Other models: 6·N per
+  training example, 4·N per zeroth-order one (two forwards), N every parameter.
 
 ``python benchmarks/gpu_throughput.py`` runs the table; ``decent doctor --gpu`` a short
 slice of it.
@@ -179,14 +183,100 @@ def _engine(raw: dict[str, Any], mode: str) -> Any:
     return cfg, make_engine(cfg, check(cfg))
 
 
-def _round_flops(cfg: Any, engine: Any, zeroth_order: bool) -> tuple[float, int]:
-    """The model FLOPs of one round and its examples (every client's local steps)."""
+def _round_examples(cfg: Any) -> int:
+    """The examples of one round (every client's local steps)."""
+    return cfg.n * getattr(cfg.strategy, "local_steps", 1) * cfg.strategy.examples_per_step()
+
+
+def _example_flops(engine: Any, zeroth_order: bool) -> float:
+    """The model FLOPs of one example of a model that is not a language model."""
     model = next(iter(engine.executor.group.clients.values())).model
-    n_params = sum(p.numel() for p in model.parameters())
-    steps = getattr(cfg.strategy, "local_steps", 1)
-    examples = cfg.n * steps * cfg.strategy.examples_per_step()
-    tokens = examples * getattr(cfg.task, "max_length", 1)
-    return (4.0 if zeroth_order else 6.0) * n_params * tokens, examples
+    return (4.0 if zeroth_order else 6.0) * sum(p.numel() for p in model.parameters())
+
+
+class TokenCount:
+    """The FLOPs of the forwards (and backwards) of a language model, from the tokens they
+    ran. Every ``transformers`` module of ``models`` (the causal LM, its decoder and, in
+    OPT, the decoder's own class: the LM calls either) gets a pre-hook; the outermost one
+    entered counts the attention mask's ones (every position without a mask), and a hook
+    on each LM head its positions. Replicas are distinct modules: each is hooked once.
+    Counts stay on the device until read (no synchronisation in the timed rounds)."""
+
+    def __init__(self, models: list[Any]) -> None:
+        from torch import nn
+        from transformers import PreTrainedModel
+
+        from decent.models.label_logits import _unwrap, backbone
+
+        self.parts: list[tuple[Any, float]] = []  # (count, FLOPs per unit)
+        self.handles: list[Any] = []
+        self.depth = 0
+        hooked: set[int] = set()
+        for model in models:
+            body = backbone(model)
+            embeds = sum(p.numel() for mod in body.modules() if isinstance(mod, nn.Embedding)
+                         for p in mod.parameters(recurse=False))
+            n_body = sum(p.numel() for p in body.parameters()) - embeds
+            every = sum(p.numel() for p in model.parameters())
+            trained = sum(p.numel() for p in model.parameters() if p.requires_grad) / every
+            for mod in model.modules():
+                if isinstance(mod, PreTrainedModel) and id(mod) not in hooked:
+                    hooked.add(id(mod))
+                    self.handles += [
+                        mod.register_forward_pre_hook(self._enter(2.0 * n_body, trained),
+                                                      with_kwargs=True),
+                        mod.register_forward_hook(self._leave, always_call=True)]
+            head = _unwrap(model).get_output_embeddings()
+            if head is not None and id(head) not in hooked:
+                hooked.add(id(head))
+                self.handles.append(head.register_forward_pre_hook(
+                    self._positions(2.0 * head.weight.numel(), trained)))
+
+    def _add(self, count: Any, per_unit: float, trained: float) -> None:
+        import torch
+
+        backward = 1.0 + trained if torch.is_grad_enabled() else 0.0
+        self.parts.append((count, per_unit * (1.0 + backward)))
+
+    def _enter(self, per_token: float, trained: float) -> Any:
+        def hook(module: Any, args: tuple, kwargs: dict) -> None:
+            if self.depth == 0:  # the outermost model entered: the forward's tokens
+                mask = kwargs.get("attention_mask")
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                if mask is not None:
+                    self._add(mask.sum(), per_token, trained)
+                elif ids is not None:
+                    self._add(ids.numel(), per_token, trained)
+            self.depth += 1
+        return hook
+
+    def _leave(self, module: Any, args: tuple, out: Any) -> None:
+        self.depth -= 1
+
+    def _positions(self, per_position: float, trained: float) -> Any:
+        def hook(module: Any, args: tuple) -> None:
+            x = args[0]
+            self._add(x.numel() // x.shape[-1], per_position, trained)
+        return hook
+
+    def take(self) -> float:
+        """The FLOPs counted since the last take."""
+        total = sum(float(count) * per for count, per in self.parts)
+        self.parts.clear()
+        return total
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _token_count(engine: Any) -> TokenCount | None:
+    """A token count over the engine's language models (None: not a language model)."""
+    from decent.engine.stacked import is_transformers
+
+    group = engine.executor.group
+    models = [group.base_model, *(c.model for c in group.clients.values())]
+    return TokenCount(models) if is_transformers(group.base_model) else None
 
 
 def peak_tflops(device: str, dtype: str) -> float | None:
@@ -206,6 +296,8 @@ def compare(workload: Workload, device: str, dtype: str, rounds: int = 4,
     with tempfile.TemporaryDirectory(prefix="decent-throughput-") as tmp:
         where = out or Path(tmp)
         built = {m: _engine(workload.make(where / m, device, dtype), m) for m in MODES}
+        counts = {m: _token_count(engine) for m, (_, engine) in built.items()}
+        flops: dict[str, list[float]] = {m: [] for m in MODES}
         times: dict[str, list[float]] = {m: [] for m in MODES}
         busy: dict[str, list[float]] = {m: [] for m in MODES}
         peaks: dict[str, float | None] = dict.fromkeys(MODES)
@@ -222,8 +314,10 @@ def compare(workload: Workload, device: str, dtype: str, rounds: int = 4,
                         if device == "cuda":
                             torch.cuda.synchronize()
                         spent = time.perf_counter() - began
+                    done = counts[mode].take() if counts[mode] is not None else 0.0
                     if r:
                         times[mode].append(spent)
+                        flops[mode].append(done)
                         if sampler.busy is not None:
                             busy[mode].append(sampler.busy)
                         if device == "cuda":
@@ -232,14 +326,21 @@ def compare(workload: Workload, device: str, dtype: str, rounds: int = 4,
             figures = {}
             for mode in MODES:
                 cfg, engine = built[mode]
-                flops, examples = _round_flops(cfg, engine, workload.zeroth_order)
+                examples = _round_examples(cfg)
                 s = statistics.median(times[mode])
                 peak = peak_tflops(device, dtype)
-                figures[mode] = Figures(s, examples / s, peaks[mode],
-                                        statistics.median(busy[mode]) if busy[mode] else None,
-                                        None if peak is None else flops / s / (peak * 1e12))
+                # a round's FLOPs over its own time, the median of the rounds' rates
+                rates = [f / t for f, t in zip(flops[mode], times[mode], strict=True)] \
+                    if counts[mode] is not None else \
+                    [examples * _example_flops(engine, workload.zeroth_order) / s]
+                figures[mode] = Figures(
+                    s, examples / s, peaks[mode],
+                    statistics.median(busy[mode]) if busy[mode] else None,
+                    None if peak is None else statistics.median(rates) / (peak * 1e12))
         finally:
-            for _, engine in built.values():
+            for mode, (_, engine) in built.items():
+                if counts.get(mode) is not None:
+                    counts[mode].close()
                 engine.close()
     return Row(workload.name, dtype, figures["sequential"], figures["batched"])
 

@@ -53,6 +53,19 @@ class SubspaceBasis:
     def num_layers(self) -> int:
         return len(self.names)
 
+    def factors(self, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """U and V in ``dtype``, cast once per basis and dtype (the same bits a cast in
+        every hook call gives): a half-precision forward casts no basis per layer."""
+        if not self.U or self.U[0].dtype == dtype:
+            return self.U, self.V
+        drawn, casts = self.__dict__.get("_cast", (None, {}))
+        if drawn is not self.U:  # drawn again since (rebuild): the old casts are stale
+            drawn, casts = self.U, {}
+            self.__dict__["_cast"] = (drawn, casts)
+        if dtype not in casts:
+            casts[dtype] = ([u.to(dtype) for u in self.U], [v.to(dtype) for v in self.V])
+        return casts[dtype]
+
     def rebuild(self, seed: int) -> None:
         """Draw U, V from ``seed``: layers in order, U then V for each."""
         g = mezo.zo_generator(seed, self.device)
@@ -104,7 +117,8 @@ def attach(model: nn.Module, basis: SubspaceBasis, state: SubCGEState) -> list[R
                  ell: int = ell) -> torch.Tensor:
             a = state.A[ell] if state.delta is None else state.A[ell] + state.delta[ell]
             x = inputs[0]
-            low = ((x @ basis.V[ell].to(x.dtype)) @ a.T.to(x.dtype)) @ basis.U[ell].T.to(x.dtype)
+            U, V = basis.factors(x.dtype)
+            low = ((x @ V[ell]) @ a.T.to(x.dtype)) @ U[ell].T
             return output + low
 
         handles.append(model.get_submodule(name).register_forward_hook(hook))
