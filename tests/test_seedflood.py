@@ -164,6 +164,57 @@ def test_full_flooding_bytes_per_edge(tmp_path, topology, mode):
         assert traffic.edge_bytes[(1, 0)] == 24 and traffic.edge_bytes[(0, 1)] == 12 * 6
 
 
+@pytest.mark.parametrize("k", [0, 2])
+def test_a_send_is_one_message_a_neighbour_counted_per_update(tmp_path, k):
+    """What a client sends one neighbour at one send is one message bundling its updates:
+    12 bytes each, and the round's message figure counts the updates, as if each went
+    alone (n updates an iteration cross every edge: per-update objects would be n²)."""
+    cfg = flood_cfg(tmp_path, {"name": "random_regular", "n": 16, "degree": 3, "seed": 1},
+                    rounds=3, hops=k)
+    backend = local_engine(cfg)
+    posted = backend.record_messages()
+    for r in range(3):
+        before = len(posted)
+        _, traffic = backend.run_round(r)
+        sent = posted[before:]
+        edges = [(m.sent_phase, m.src, m.dst) for m in sent]
+        assert len(edges) == len(set(edges))  # one message per (phase, edge)
+        assert all(m.nbytes == 12 * m.items == 12 * len(m.payload[0]) for m in sent)
+        assert traffic.messages == sum(m.items for m in sent) == traffic.bytes // 12
+        assert len(sent) <= 16 * 3 * len(backend.strategy.phases(r))
+
+
+def test_the_memory_plan_holds_what_flooding_holds(tmp_path, monkeypatch):
+    """The memory plan's in-round figure of a client (``traffic_bytes``) is what its state
+    holds at its peak: under full flooding, by the apply phase, every update of the
+    iteration (36 bytes with its header) and the seeds seen (8 bytes) of this iteration
+    and the last — n of each, 2n seeds."""
+    from decent.strategies.seedflood import FIELDS, SeedFlood
+
+    n = 24
+    cfg = flood_cfg(tmp_path, {"name": "random_regular", "n": n, "degree": 3, "seed": 2},
+                    rounds=2)
+    backend = local_engine(cfg)
+    peak = {}
+    see = SeedFlood.see
+
+    def measured(state, arrived):
+        fresh = see(state, arrived)
+        held = sum(a.nbytes for a in state.seen.values()) + sum(
+            getattr(q, f).nbytes for q in [*state.queue, *state.carry] for f in FIELDS)
+        peak[id(state)] = max(peak.get(id(state), 0), held)
+        return fresh
+
+    monkeypatch.setattr(SeedFlood, "see", staticmethod(measured))
+    run_rounds(backend, 2)
+    graph = build_topology(cfg.topology).graph(0)
+    states = {cid: c.state for cid, c in backend.group.clients.items()}
+    for cid, state in states.items():
+        grows, sends = backend.strategy.traffic_bytes(cid, graph.degree(cid), 0)
+        assert peak[id(state)] == grows == n * (36 + 2 * 8)
+        assert sends == 3 * n * 36
+
+
 @pytest.mark.parametrize(("k", "mode"), [(1, MODES[0]), (2, MODES[0]), (4, MODES[0]),
                                          (2, MODES[1])])
 def test_staleness_is_logged_per_round(tmp_path, k, mode):

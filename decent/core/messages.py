@@ -85,8 +85,9 @@ class Message:
     seq: int = 0
     nbytes: int = 0
     # Header fields a real protocol carries in a few bytes per message (e.g. the origin
-    # and iteration of a flooded update); like src/dst/tag they are not counted.
-    meta: tuple[int, ...] = ()
+    # and iteration of a flooded update: ints, or arrays of them, one entry per item);
+    # like src/dst/tag they are not counted.
+    meta: tuple[Any, ...] = ()
     # Set by the router when the message is posted: the round and the run-wide phase
     # number it was sent in (a message delayed by a fault arrives in a later one).
     sent_round: int = -1
@@ -102,6 +103,10 @@ class Message:
     # that phase only if it has not arrived by then. 0: delivered next phase, its transfer
     # on its own phase's critical path after the sender's compute.
     overlap: int = 0
+    # The updates one message carries (a bundle of flooded updates sent together on one
+    # edge): the figures count that many messages, as a protocol that sent each alone
+    # would. A fault drops or delays the bundle whole, as it would the one packet.
+    items: int = 1
 
 
 def _leaf_size(leaf: Any) -> int:

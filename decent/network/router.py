@@ -82,7 +82,7 @@ class Router:
         for msgs in (unread or {}).values():
             for msg in msgs:
                 if msg.dst in gone and msg.src not in gone and not msg.undeliverable:
-                    self._round.undeliverable_messages += 1
+                    self._round.undeliverable_messages += msg.items
                     msg.undeliverable = True
                     self._pending[msg.src].append(msg)
         if self._present is None:
@@ -94,8 +94,8 @@ class Router:
                 self._phase_edges[(msg.src, dst)] -= msg.nbytes
                 if not self._phase_edges[(msg.src, dst)]:
                     del self._phase_edges[(msg.src, dst)]
-                self._round.messages -= 1
-                self._round.undeliverable_messages += 1
+                self._round.messages -= msg.items
+                self._round.undeliverable_messages += msg.items
                 msg.undeliverable = True
                 self._pending[msg.src].append(msg)
 
@@ -120,14 +120,14 @@ class Router:
             msg.sent_round, msg.sent_phase = round_, self._phase_no
             if self._present is not None and msg.dst not in self._present:
                 # nobody there: the sender finds out in its next inbox
-                self._round.undeliverable_messages += 1
+                self._round.undeliverable_messages += msg.items
                 msg.undeliverable = True
                 self._pending[msg.src].append(msg)
                 continue
             lost, late = False, 0
             if self.faults is not None:
                 if self.faults.cut(round_, msg.src, msg.dst):
-                    self._round.partitioned_messages += 1
+                    self._round.partitioned_messages += msg.items
                     continue
                 lost, late = self.faults.fate(round_, self._step, msg.src, msg.dst, msg.seq)
             if msg.overlap > 0:
@@ -135,11 +135,11 @@ class Router:
                 edges[(msg.src, msg.dst)] += msg.nbytes
             else:
                 self._phase_edges[(msg.src, msg.dst)] += msg.nbytes
-            self._round.messages += 1
+            self._round.messages += msg.items
             if lost:
-                self._round.dropped_messages += 1
+                self._round.dropped_messages += msg.items
             elif late or msg.overlap > 1:
-                self._round.delayed_messages += int(late > 0)
+                self._round.delayed_messages += msg.items * int(late > 0)
                 self._later[self._phase_no + max(msg.overlap, 1) + late].append(msg)
             else:
                 self._pending[msg.dst].append(msg)

@@ -62,11 +62,11 @@ def encode(value: Any) -> Any:
         return {TAG: "deque", "items": [encode(v) for v in value], "maxlen": value.maxlen}
     if isinstance(value, np.ndarray):
         return {TAG: "ndarray", "dtype": value.dtype.str, "shape": list(value.shape),
-                "bytes": torch.frombuffer(bytearray(value.tobytes()), dtype=torch.uint8)}
+                "bytes": _byte_tensor(value.tobytes())}
     if isinstance(value, np.generic):
         return {TAG: "npscalar", "dtype": value.dtype.str, "value": value.item()}
     if isinstance(value, bytes):
-        return {TAG: "bytes", "data": torch.frombuffer(bytearray(value), dtype=torch.uint8)}
+        return {TAG: "bytes", "data": _byte_tensor(value)}
     if isinstance(value, type):
         return {TAG: "class", "name": class_name(value)}
     if dataclasses.is_dataclass(value):
@@ -75,6 +75,14 @@ def encode(value: Any) -> Any:
                            for f in dataclasses.fields(value)}}
     raise TypeError(f"a checkpoint cannot store a {type(value).__qualname__}: keep "
                     "tensors, numbers, strings, containers and dataclasses in state")
+
+
+def _byte_tensor(data: bytes) -> torch.Tensor:
+    """``data`` as a uint8 tensor (torch.frombuffer refuses an empty buffer: an empty
+    array, a client that holds no update yet, is stored too)."""
+    if not data:
+        return torch.zeros(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def class_name(cls: type) -> str:

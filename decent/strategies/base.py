@@ -284,6 +284,13 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         crash) with this reason, never left to hang or to compute something wrong."""
         return None
 
+    def traffic_bytes(self, cid: int, degree: int, trainable: int) -> tuple[int, int]:
+        """For the memory plan, two sizes the built state does not show: what client
+        ``cid``'s state grows to within a round from what it receives, and the most it
+        sends in one phase. By default nothing, and one copy of its ``trainable`` bytes
+        to each of its ``degree`` neighbours (a model-averaging payload)."""
+        return 0, degree * trainable
+
     def privacy_note(self, byzantine: list[int], attack: str) -> str | None:
         """For the run's summary, beside any ``dp_epsilon``: what that privacy figure
         leaves out, or why the run has none, given the Byzantine clients and their
@@ -319,9 +326,10 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def to_neighbours(client: Client[Any], ctx: PhaseContext, tag: str,
-                      payload: Any, meta: tuple[int, ...] = ()) -> list[Message]:
+                      payload: Any, meta: tuple[Any, ...] = (), items: int = 1
+                      ) -> list[Message]:
         """The same payload to every neighbour of ``client`` this round believed alive, in
-        id order."""
-        return [Message(client.cid, j, tag, payload, meta=meta)
+        id order (``items``: the updates it bundles, see :class:`Message`)."""
+        return [Message(client.cid, j, tag, payload, meta=meta, items=items)
                 for j in ctx.graph.neighbors[client.cid]
                 if ctx.alive is None or j in ctx.alive]

@@ -20,8 +20,11 @@ end: staleness ⌈d/k⌉ − 1, within the paper's bound ⌈D/k⌉.
 
 The phases of an iteration with k sends: ``compute`` (estimate, send 1), ``forward``
 (k − 1 times: sends 2..k), ``apply`` (take in send k, apply everything seen this
-iteration). Wire size of a message: an 8-byte seed and a 4-byte float32 coefficient = 12
-bytes; origin, iteration and hop count ride in the (uncounted) header.
+iteration). Wire size of an update: an 8-byte seed and a 4-byte float32 coefficient = 12
+bytes; origin, iteration and hop count ride in the (uncounted) header. What a client sends
+one neighbour at one send travels as one message bundling its updates (12 bytes each, and
+counted as that many messages): n updates per iteration cross every edge, so per-update
+messages would make the simulation's own work grow as n² objects.
 
 Platform choices (documented in docs/methods/seedflood.md):
 * messages are applied at the end of the iteration in which they arrive, sorted by seed,
@@ -45,7 +48,7 @@ import torch
 
 from decent.core.errors import ConfigError
 from decent.core.graph import GraphFacts
-from decent.core.messages import Message, Scalar, Seed
+from decent.core.messages import Message
 from decent.core.schema import at_least, one_of, positive, seed_field
 from decent.core.stats import Max, Mean
 from decent.core.storable import storable
@@ -81,20 +84,51 @@ class SeedFloodConfig(StrategyConfig):
 @storable
 @dataclass(frozen=True)
 class Flooded:
-    """One update as a client holds it: the 12 bytes, and the header (origin, the
-    iteration it was made in, the hops it has travelled to reach this client)."""
+    """Updates as a client holds them, one array entry per update: the 12 bytes (seed,
+    float32 coefficient) and the header (origin, the iteration it was made in, the hops
+    it has travelled to reach this client)."""
 
-    seed: int
-    coef: float
-    origin: int
-    t: int
-    hop: int
+    seed: np.ndarray  # int64
+    coef: np.ndarray  # float32
+    origin: np.ndarray  # int64
+    t: np.ndarray  # int64
+    hop: np.ndarray  # int64
+
+    @staticmethod
+    def one(seed: int, coef: float, origin: int, t: int) -> Flooded:
+        """A client's own update, not yet sent (hop 0)."""
+        return Flooded(np.array([seed], np.int64), np.array([coef], np.float32),
+                       np.array([origin], np.int64), np.array([t], np.int64),
+                       np.zeros(1, np.int64))
+
+    @staticmethod
+    def join(parts: Sequence[Flooded]) -> Flooded:
+        """``parts`` end to end, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return Flooded(*(np.zeros(0, d) for d in (np.int64, np.float32, np.int64,
+                                                      np.int64, np.int64)))
+        return Flooded(*(np.concatenate([getattr(p, f) for p in parts]) for f in FIELDS))
+
+    def take(self, keep: np.ndarray) -> Flooded:
+        """The updates at ``keep`` (a mask or indices), in that order."""
+        return Flooded(*(getattr(self, f)[keep] for f in FIELDS))
+
+    def __len__(self) -> int:
+        return len(self.seed)
+
+
+FIELDS = ("seed", "coef", "origin", "t", "hop")
+ITEM_BYTES = 8 + 4 + 3 * 8  # an update as held and sent: seed, coefficient, header
+SEEN_BYTES = 8  # a seed seen, kept to drop its duplicates
 
 
 @dataclass
 class SeedFloodState:
     replica: Replica  # the estimator's private state of this client's model
-    seen: dict[int, set[int]] = field(default_factory=dict)  # iteration → seeds seen
+    # iteration → the seeds seen of its updates, sorted
+    seen: dict[int, np.ndarray] = field(default_factory=dict)
     queue: list[Flooded] = field(default_factory=list)  # seen this iteration, not applied
     carry: list[Flooded] = field(default_factory=list)  # for the next iteration's send 1
     # with log_messages: (origin, iteration made, iteration applied) of every update
@@ -161,6 +195,15 @@ class SeedFlood(Strategy[SeedFloodState]):
         return ("flooding relays every update over a fixed graph of known diameter, and "
                 "applies each exactly once: a missing relay leaves replicas apart for good")
 
+    def traffic_bytes(self, cid: int, degree: int, trainable: int) -> tuple[int, int]:
+        """Flooding holds, per client, the seeds seen (8 bytes each) of the iterations an
+        update can still arrive from and of the one before (dropped at the end of the
+        apply phase) and, by the apply phase, every update of the iteration (its 12 bytes
+        and 24 of header); a send bundles at most all of them, to each neighbour. O(n) a
+        client: the one part of SeedFlood's memory that grows with the number of clients."""
+        n, held = self.n, ITEM_BYTES
+        return n * (SEEN_BYTES * (self.lag + 2) + held), degree * n * held
+
     def shared_tensors(self, shared: SeedFloodProcess) -> SharedTensors:
         # a subspace refresh folds U A Vᵀ into the frozen W the replicas share
         refreshed = self.cfg.estimator == "subcge" and self.cfg.refresh_every > 0
@@ -195,7 +238,7 @@ class SeedFlood(Strategy[SeedFloodState]):
         state = client.state
         own = self.own_update(client, ctx)
         self.see(state, own)
-        outgoing, state.carry = [own, *state.carry], []
+        outgoing, state.carry = Flooded.join([own, *state.carry]), []
         return self.send(client, ctx, outgoing)
 
     @phase()
@@ -210,17 +253,23 @@ class SeedFlood(Strategy[SeedFloodState]):
         """Take in send k; keep what is still travelling for the next iteration's send 1;
         apply every update seen this iteration."""
         state = client.state
-        state.carry = [m for m in self.receive(state, inbox) if m.hop < self.diameter]
-        queue = sorted(state.queue, key=lambda m: m.seed)  # arrival order must not matter
+        last = self.receive(state, inbox)
+        state.carry = [last.take(last.hop < self.diameter)]
+        queue = Flooded.join(state.queue)
+        # arrival order must not matter: by seed (a stable sort, as Python's)
+        queue = queue.take(np.argsort(queue.seed, kind="stable"))
         state.queue = []
-        ctx.shared.estimator.apply(state.replica, [(m.seed, m.coef) for m in queue])
+        seeds, coefs = queue.seed.tolist(), queue.coef.tolist()  # the float32 values exactly
+        ctx.shared.estimator.apply(state.replica, list(zip(seeds, coefs, strict=True)))
         if self.cfg.refresh_every:
-            ctx.shared.history.update((m.seed, (m.t, m.coef)) for m in queue)
-        staleness = [ctx.round - m.t for m in queue]
-        client.stats["staleness_mean"] = Mean(float(sum(staleness)), len(staleness))
-        client.stats["staleness_max"] = Max(float(max(staleness)))
+            ctx.shared.history.update(zip(seeds, zip(queue.t.tolist(), coefs, strict=True),
+                                          strict=True))
+        staleness = ctx.round - queue.t
+        client.stats["staleness_mean"] = Mean(float(staleness.sum()), len(staleness))
+        client.stats["staleness_max"] = Max(float(staleness.max()))
         if self.cfg.log_messages:
-            state.log.extend((m.origin, m.t, ctx.round) for m in queue)
+            state.log.extend((o, t, ctx.round) for o, t in zip(
+                queue.origin.tolist(), queue.t.tolist(), strict=True))
         # an update of iteration t arrives (hop D) by iteration t + lag: older seed sets
         # can no longer be needed to drop a duplicate
         for made in [made for made in state.seen if made < ctx.round - self.lag]:
@@ -242,35 +291,53 @@ class SeedFlood(Strategy[SeedFloodState]):
         coef = float(np.float32(self.cfg.lr * alpha / self.n))
         if self.cfg.log_messages:
             client.state.sent.append((seed, coef))
-        return Flooded(seed, coef, client.cid, ctx.round, hop=0)
+        return Flooded.one(seed, coef, client.cid, ctx.round)
 
     @staticmethod
-    def see(state: SeedFloodState, m: Flooded) -> bool:
-        """Record ``m``; False if it was seen before (a duplicate to drop)."""
-        seeds = state.seen.setdefault(m.t, set())
-        if m.seed in seeds:
-            return False
-        seeds.add(m.seed)
-        state.queue.append(m)
-        return True
-
-    def receive(self, state: SeedFloodState, inbox: list[Message]) -> list[Flooded]:
-        """The messages of ``inbox`` seen for the first time (queued for application)."""
-        fresh = []
-        for msg in inbox:
-            origin, t, hop = msg.meta
-            m = Flooded(msg.payload[0].value, msg.payload[1].value, origin, t, hop)
-            if self.see(state, m):
-                fresh.append(m)
+    def see(state: SeedFloodState, arrived: Flooded) -> Flooded:
+        """Record the updates of ``arrived`` (in arrival order); what it holds that was
+        not seen before, queued for application — the first copy of each, the others
+        duplicates to drop."""
+        if not len(arrived):
+            return arrived
+        # first copies within the arrival: by (iteration, seed), kept in arrival order
+        # (the updates of one send are almost always of one iteration: by seed alone)
+        one_t = bool((arrived.t == arrived.t[0]).all())
+        key = arrived.seed if one_t else np.stack([arrived.t, arrived.seed], axis=1)
+        _, first = np.unique(key, axis=None if one_t else 0, return_index=True)
+        fresh = arrived if len(first) == len(arrived) else arrived.take(np.sort(first))
+        keep = np.ones(len(fresh), dtype=bool)
+        for t in np.unique(fresh.t).tolist():
+            of_t = fresh.t == t
+            seen = state.seen.get(t, np.zeros(0, np.int64))
+            keep[of_t] = ~np.isin(fresh.seed[of_t], seen, assume_unique=True)
+            state.seen[t] = np.union1d(seen, fresh.seed[of_t & keep])
+        fresh = fresh.take(keep)
+        if len(fresh):
+            state.queue.append(fresh)
         return fresh
 
+    def receive(self, state: SeedFloodState, inbox: list[Message]) -> Flooded:
+        """The updates of ``inbox`` seen for the first time (queued for application)."""
+        parts = []
+        for msg in inbox:
+            seeds, coefs = msg.payload
+            origin, t, hop = msg.meta
+            # entries pair with the header by position; a payload a Byzantine sender
+            # replayed from an older send may be shorter or longer: the pairs there are
+            k = min(len(seeds), len(origin))
+            parts.append(Flooded(seeds[:k], coefs[:k], origin[:k], t[:k], hop[:k]))
+        return self.see(state, Flooded.join(parts))
+
     def send(self, client: Client[SeedFloodState], ctx: PhaseContext,
-             messages: list[Flooded]) -> list[Message]:
-        """Every message that has travelled fewer than D hops, to every neighbour."""
-        return [out for m in messages if m.hop < self.diameter
-                for out in self.to_neighbours(client, ctx, "flood",
-                                              (Seed(m.seed), Scalar(m.coef)),
-                                              meta=(m.origin, m.t, m.hop + 1))]
+             updates: Flooded) -> list[Message]:
+        """The updates that have travelled fewer than D hops, to every neighbour: one
+        message per neighbour bundling them (12 bytes an update)."""
+        out = updates.take(updates.hop < self.diameter)
+        if not len(out):
+            return []
+        return self.to_neighbours(client, ctx, "flood", (out.seed, out.coef),
+                                  meta=(out.origin, out.t, out.hop + 1), items=len(out))
 
     # ------------------------------------------------------------------ state
     def state_vector(self, client: Client[SeedFloodState]) -> np.ndarray:

@@ -13,7 +13,9 @@ no phase of the run: a local phase would cost a probe of a GPU run minutes of CP
   SubCGE's buffers, its data shard), one gradient per trainable value, and the optimiser
   slots its first step will fill (SGD with momentum: 1 per trainable value, AdamW: 2); the
   task's shared data; its messages, taken as one copy of the trainable parameters per
-  neighbour (a model-averaging payload: a compressed or seed payload is smaller);
+  neighbour (a model-averaging payload: a compressed or seed payload is smaller), or as
+  the strategy states them (``Strategy.traffic_bytes``: SeedFlood's flooded updates, with
+  the seen seeds its state grows by within a round — O(n) a client);
 - measured: one client's activations for one batch — the bytes autograd saves for the
   backward pass during one forward of ``strategy.batch_size`` examples (no backward, no
   optimiser step). Activations depend on the model's code, not only its shapes.
@@ -187,10 +189,11 @@ def probe(cfg: RunConfig, plan: RunPlan) -> Footprint:
             slots = max([slots, *map(optimiser_slots, opts)])
             # its inbox is counted per actor, from the graph (plan_memory); the payloads it
             # sends wait in the object store, counted with the node
-            per_client = max(per_client, own + grads + filled)
             size = trainable_bytes(client.model)
+            grows, sends = group.strategy.traffic_bytes(cid, graph.degree(cid), size)
+            per_client = max(per_client, own + grads + filled + grows)
             trainable = max(trainable, size)
-            sent = max(sent, graph.degree(cid) * size)
+            sent = max(sent, sends)
         batch_size = int(getattr(cfg.strategy, "batch_size", 0) or 0)
         activations = activation_bytes(group, cids, batch_size)
         data = task + shared
