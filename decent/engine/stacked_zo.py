@@ -194,9 +194,11 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
     model, task, rows = requests[0].client.model, requests[0].task, len(requests)
     batch = tuple(t.flatten(0, 1) for t in stacked_batch(requests))
     targets = [model.get_submodule(n) for n in basis.names]
-    one_d = [(n.rpartition(".")[0], n.rpartition(".")[2], one_d_role(model, n))
-             for n, _ in subcge.one_d_tensors(model)]
-    owners = [model.get_submodule(owner) for owner, _, _ in one_d]
+    # (owner module, attribute, role) of every 1-D tensor, in named_parameters order
+    one_d = [(model.get_submodule(owner), attr, one_d_role(model, name))
+             for name, _ in subcge.one_d_tensors(model)
+             for owner, _, attr in [name.rpartition(".")]]
+    owners = [m for m, _, _ in one_d]
     current: dict[str, Any] = {}
     # the low-rank terms in the model's compute dtype: U, V cast once per basis, A + δ
     # once per sign for every layer, none in the hooks (float32: no cast at all)
@@ -223,7 +225,7 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
     # the modules run with neutral 1-D tensors (ones scale, zeros shift); each client's
     # own is applied to its rows by the hooks, in named_parameters order (a LayerNorm's
     # weight before its bias, a Linear's bias after its low-rank term)
-    live = [m._parameters[attr] for m, (_, attr, _) in zip(owners, one_d, strict=True)]
+    live = [m._parameters[attr] for m, attr, _ in one_d]
     neutral = [nn.Parameter(torch.ones_like(t) if role == SCALE else torch.zeros_like(t),
                             requires_grad=False)
                for t, (_, _, role) in zip(live, one_d, strict=True)]
@@ -231,9 +233,9 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
     with HooksAside(list({id(m): m for m in targets + owners}.values())):
         handles = [m.register_forward_hook(low_rank(ell)) for ell, m in enumerate(targets)]
         handles += [m.register_forward_hook(per_row(k, role))
-                    for k, (m, (_, _, role)) in enumerate(zip(owners, one_d, strict=True))]
+                    for k, (m, _, role) in enumerate(one_d)]
         try:
-            for m, (_, attr, _), t in zip(owners, one_d, neutral, strict=True):
+            for (m, attr, _), t in zip(one_d, neutral, strict=True):
                 m._parameters[attr] = t
             for sign in (1.0, -1.0):
                 current["a"] = deltas(requests, basis, sign).to(dtype)
@@ -241,7 +243,7 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
                 per_example = task.example_losses(model, batch)
                 losses.append(per_example.reshape(rows, -1).mean(dim=1))
         finally:
-            for m, (_, attr, _), t in zip(owners, one_d, live, strict=True):
+            for (m, attr, _), t in zip(one_d, live, strict=True):
                 m._parameters[attr] = t  # the very tensor: the replica's own
             for h in handles:
                 h.remove()
