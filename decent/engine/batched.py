@@ -20,6 +20,7 @@ import torch
 from greenlet import getcurrent, greenlet
 
 from decent.engine import op_count
+from decent.engine.capture import say_once
 from decent.engine.stacked import ChunkStack, Signature, is_transformers
 from decent.engine.stacked_lora import adapted_layers
 from decent.engine.stacked_zo import estimates, unstackable
@@ -84,9 +85,10 @@ class Batcher:
     """The chunks of a process's training clients: consecutive ``width`` of them in id
     order, each a :class:`ChunkStack` of ``width`` rows."""
 
-    def __init__(self, clients: list[Client[Any]], width: int) -> None:
+    def __init__(self, clients: list[Client[Any]], width: int,
+                 compiled: bool = False) -> None:
         self.width = width
-        self.chunks = [ChunkStack(clients[k: k + width], width)
+        self.chunks = [ChunkStack(clients[k: k + width], width, compiled)
                        for k in range(0, len(clients), width)]
         self.chunk_of = {c.cid: chunk for chunk in self.chunks for c in chunk.clients}
 
@@ -171,6 +173,9 @@ class Batcher:
         for req in requests:
             if isinstance(req, EstimateRequest):
                 by_estimator.setdefault((id(req.estimator), id(req.task)), []).append(req)
+        if by_estimator and chunk.compiled:
+            say_once("a zeroth-order chunk's forwards are hooked layer by layer, not one "
+                     "traced step")
         for estimates_of in by_estimator.values():
             out.update(estimates(estimates_of))
         return out

@@ -26,6 +26,10 @@ class ExecutionConfig:
     # measured faster; unset: auto on a GPU, sequential on a CPU
     mode: str | None = one_of(EXECUTION_MODES, None, nullable=True)
     chunk: int = at_least(1, 256)  # batched: at most this many clients stacked in one computation
+    # batched: capture a chunk's gradient step with torch.compile where its shapes are
+    # fixed (CUDA graphs on a GPU); agrees with eager within rounding, not to the bit;
+    # where it cannot, one line says why and the chunk runs eagerly
+    compile: bool = False
 
 
 def check_execution(cfg: Any, strategy: Any) -> None:
@@ -35,6 +39,9 @@ def check_execution(cfg: Any, strategy: Any) -> None:
     (:mod:`decent.engine.stacking` decides both)."""
     from decent.engine.stacking import static_problem
 
+    if cfg.execution.compile and cfg.execution.mode == "sequential":
+        raise ConfigError("execution.compile", "compiles a batched chunk's step; set "
+                          "execution.mode=batched (or auto), or leave compile false")
     if cfg.execution.mode != "batched":
         return
     problem = static_problem(cfg, strategy)

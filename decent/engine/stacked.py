@@ -15,7 +15,8 @@ Forward and backward are ``torch.func.vmap`` of ``grad_and_value`` over
 ``functional_call`` of one client's module (the architecture every client shares; frozen
 tensors, e.g. a LoRA base, are read once for all rows). The optimiser step is torch's
 SGD (momentum, weight decay) or AdamW, written over the stacks as the same element-wise
-formulas as ``torch.optim``'s single-tensor path, with a learning rate per row.
+formulas as ``torch.optim``'s single-tensor path (:mod:`decent.engine.stacked_optim`), with
+a learning rate per row.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Any
 
 import torch
 from torch.func import grad_and_value, vmap
-from torch.optim.adamw import adamw
-from torch.optim.sgd import sgd
 
+from decent.engine.capture import Captured, say_once
 from decent.engine.stacked_lora import adapted_layers, lora_grads
+from decent.engine.stacked_optim import OPTIMIZER_STEPS
 from decent.models.functional import BoundModule, is_transformers
 from decent.strategies.base import Client
 from decent.strategies.step_batching import MixRequest, StepRequest
@@ -73,9 +74,12 @@ class Signature:
 class ChunkStack:
     """The clients ``clients`` (at most ``width``) as rows of stacked tensors."""
 
-    def __init__(self, clients: list[Client[Any]], width: int) -> None:
+    def __init__(self, clients: list[Client[Any]], width: int,
+                 compiled: bool = False) -> None:
         self.clients = clients
         self.width = width
+        self.compiled = compiled  # execution.compile (decent.engine.capture)
+        self._captured: dict[int, Captured] = {}  # id(task) → its compiled step
         self.row = {c.cid: r for r, c in enumerate(clients)}
         template = self.template = clients[0].model
         # a transformers model with LoRA: one forward through the shared base, the
@@ -185,13 +189,22 @@ class ChunkStack:
         """(stacked parameters, stacked batch) → (each row's gradients, each row's loss)."""
         template = self.template
         if self.lora is not None:
+            if self.compiled:
+                say_once("a LoRA chunk cuts its sequences to each batch's longest, so its "
+                         "shapes change from step to step")
             layers = self.lora
             return lambda p, batch: lora_grads(template, layers, task, p, batch)
 
         def loss_of(p: dict[str, torch.Tensor], batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
             return task.loss(BoundModule(template, p), batch)  # type: ignore[arg-type]
 
-        return vmap(grad_and_value(loss_of))
+        step = vmap(grad_and_value(loss_of))
+        if not self.compiled:
+            return step
+        if id(task) not in self._captured:
+            device = next(iter(self.params.values())).device
+            self._captured[id(task)] = Captured(step, device.type == "cuda")
+        return self._captured[id(task)]
 
     def _batch(self, active: list[tuple[int, Client[Any]]],
                batch_size: int) -> tuple[torch.Tensor, ...]:
@@ -362,33 +375,3 @@ def commit(dst: torch.Tensor, new: torch.Tensor, keep: torch.Tensor) -> None:
     if bool(keep.any()):
         new = torch.where(rows_like(keep.to(dst.device), dst), dst, new)
     dst.copy_(new)
-
-
-def sgd_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor], lr: float,
-             hyper: tuple[float, ...]) -> None:
-    """torch.optim.SGD's step (``torch.optim.sgd.sgd``, its single-tensor path) on ``p``
-    in place: d = g + λθ; b ← μb + d; θ ← θ − η b. A zero buffer gives the first step's
-    ``b = d`` exactly, as torch's missing one does."""
-    momentum, weight_decay = hyper[0], hyper[1]
-    buffers = [state["momentum_buffer"]] if momentum != 0 else [None]
-    sgd([p], [g], buffers, foreach=False, weight_decay=weight_decay,
-                        momentum=momentum, lr=lr, dampening=0.0, nesterov=False,
-                        maximize=False)
-
-
-def adamw_step(p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor], lr: float,
-               hyper: tuple[float, ...]) -> None:
-    """torch.optim.AdamW's step (``torch.optim.adamw.adamw``, its single-tensor path) on
-    ``p`` in place, the rows sharing one step count (``state["step"]``: per row, equal)."""
-    weight_decay, beta1, beta2, eps = hyper[1], hyper[2], hyper[3], hyper[4]
-    count = state["step"][:1].clone().reshape(())  # torch keeps one float32 scalar
-    adamw([p], [g], [state["exp_avg"]], [state["exp_avg_sq"]], [],
-                            [count], foreach=False, capturable=False, amsgrad=False,
-                            beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
-                            eps=eps, maximize=False)
-    state["step"].fill_(float(count))
-
-
-OptimizerStep = Callable[..., None]
-OPTIMIZER_STEPS: dict[type, OptimizerStep] = {torch.optim.SGD: sgd_step,
-                                              torch.optim.AdamW: adamw_step}

@@ -25,6 +25,7 @@ import torch
 
 from decent.core.errors import ConfigError
 from decent.engine.batched import Batcher, batching_problem, slower_batched
+from decent.engine.capture import say_once
 
 # the share of a GPU's free memory a chunk may take (the rest: the allocator's cache,
 # fragmentation, the evaluation's own batches)
@@ -154,9 +155,12 @@ def make_batcher(cfg: Any, strategy: Any, model: torch.nn.Module,
         slots = 2 if getattr(cfg.strategy, "optimizer", "sgd") == "adamw" else 1
         row_mb = chunk_row_mb(trainers[0], task, cfg.strategy.examples_per_step(), slots)
     decision = decide(cfg, strategy, model, cfg.n, row_mb)
+    compiled = cfg.execution.compile
     if not decision.batched:
         if mode_of(cfg) == "batched":
             raise ConfigError("execution.mode", f"batched: {decision.reason}; use auto "
                               "(falls back to sequential) or sequential")
+        if compiled:
+            say_once(f"the clients run one after another ({decision.reason})")
         return None
-    return Batcher(trainers, decision.chunk) if trainers else None
+    return Batcher(trainers, decision.chunk, compiled) if trainers else None
