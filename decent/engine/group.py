@@ -223,7 +223,8 @@ class ClientGroup:
                         raise StrategyError(f"a message claiming to come from client "
                                             f"{msg.src}")
                     msg.seq = seq
-                    if attack is not None and not msg.tampered:  # a Byzantine payload
+                    # a Byzantine payload (an omniscient attack's: once the phase has run)
+                    if attack is not None and not msg.tampered and not attack.cfg.OMNISCIENT:
                         msg.payload = attack(msg.payload, msg.dst, step, seq, [
                             self.fault_seed, ATTACK_SALT, round_, step, cid, msg.dst, seq])
                     msg.nbytes = wire_size(msg.payload)
@@ -243,9 +244,10 @@ class ClientGroup:
 
     def _tamper(self, attack: Attack, round_: int, step: int,
                 cid: int) -> Callable[[Any, int], Any] | None:
-        """What a Byzantine client does to a value it commits to (None for ``forge``: it
-        commits honestly and changes the payload on the way out)."""
-        if attack.cfg.name == "forge":
+        """What a Byzantine client does to a value it commits to (None for ``forge`` and
+        the omniscient attacks: it commits honestly and its payload changes afterwards, so
+        it no longer matches its commitment)."""
+        if attack.cfg.name == "forge" or attack.cfg.OMNISCIENT:
             return None
         return lambda value, dst: attack(value, dst, step, TAMPER_SEQ, [
             self.fault_seed, ATTACK_SALT, round_, step, cid, dst, TAMPER_SEQ])

@@ -32,6 +32,7 @@ from decent.engine.executor import Executor, Inboxes
 from decent.engine.plan import RunPlan, check_churn
 from decent.network.membership import ChurnConfig, Membership
 from decent.network.router import RoundTraffic, Router
+from decent.robust.omniscient import rewrite
 
 T = TypeVar("T")
 
@@ -51,6 +52,8 @@ class Engine:
         # copy: a crash written into it must not outlive this engine, e.g. on a restart)
         self.membership: Membership | None = copy.deepcopy(plan.membership)
         self.dead: set[int] = set()  # hosts lost for real
+        # an attack that reads the honest payloads of each phase (alie, ipm, dissensus)
+        self.omniscient = bool(cfg.faults.byzantine) and cfg.faults.attack.OMNISCIENT
         self.lost: dict[int, int] = {}  # their clients → the round they were lost in
         # the round running, or the last one run (-1: none yet): a host lost between
         # rounds (evaluating, saving) is lost in the round just run
@@ -77,6 +80,8 @@ class Engine:
                 results = self.executor.run_phase(round_, step, phase, inboxes, members)
             except HostsLost as lost:  # a phase runs once: the survivors' results stand
                 results = lost.partial
+            if self.omniscient:
+                self.attack_with_the_round(round_, results)
             for host, inbox in inboxes.items():  # in host order
                 result = results.get(host)
                 if result is None:
@@ -92,6 +97,25 @@ class Engine:
             self.router.advance()
             self.executor.settle(self.router.in_flight())
         return stats, self.router.end_round()
+
+    def attack_with_the_round(self, round_: int, results: dict[int, Any]) -> None:
+        """The Byzantine payloads of an omniscient attack (``faults.attack``), made from
+        the honest payloads of this phase (:mod:`decent.robust.omniscient`): every
+        payload is read, wherever it lives, and the attackers' are handed back."""
+        sent = [m for r in results.values() for m in r.outgoing]
+        byzantine = frozenset(self.cfg.faults.byzantine)
+        if not any(m.src in byzantine for m in sent):
+            return
+        [readable] = self.executor.storable({0: sent})
+        graph = self.topology.round_graph(round_)
+        made = rewrite(self.cfg.faults.attack, readable[0], byzantine, graph.weights,
+                       self.cfg.n)
+        [routable] = self.executor.routable({0: made})
+        new = {(m.src, m.seq, m.dst): m.payload for m in routable[0]}
+        for r in results.values():
+            for m in r.outgoing:
+                if m.src in byzantine:
+                    m.payload = new[(m.src, m.seq, m.dst)]
 
     def join(self, joiner: int, givers: list[int]) -> None:
         """Bootstrap ``joiner`` from its neighbours' mean model, of those of ``givers``

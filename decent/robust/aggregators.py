@@ -14,7 +14,18 @@ Each rule takes the received vectors stacked as an (m, d) tensor and returns a d
 * ``krum`` — the one received vector whose summed squared distance to its m − f − 2
   nearest others is smallest, f = ⌈β·m⌉ the assumed number of Byzantine senders
   (Blanchard et al., 2017); it needs m > 2f + 2, and with fewer vectors the median is
-  taken instead (``aggregate``; calling :func:`krum` itself raises).
+  taken instead (``aggregate``; calling :func:`krum` itself raises);
+* ``multi_krum`` — the mean of the m − f vectors of smallest Krum score (Blanchard et al.,
+  2017, §4: multi-Krum with its m − f selected);
+* ``geometric_median`` — the smoothed Weiszfeld iteration from zero (Pillutla et al.,
+  2022, RFA: T iterations, distances floored at ν), as ByzFL's ``GeometricMedian`` and the
+  decentralized authors' ``RFA`` (epfml/byzantine-robust-decentralized-optimizer,
+  ``codes/aggregator.py``) run it;
+* ``centered_clip`` — L iterations of v ← v + mean_j clip(x_j − v, τ) (Karimireddy, He &
+  Jaggi, 2021), from zero on a server (ByzFL's ``CenteredClipping`` without history) and
+  from the client's own model in a neighbourhood (:mod:`decent.robust.neighbourhood`);
+* ``clipped_gossip`` — a neighbourhood rule only (He, Karimireddy & Jaggi, 2022):
+  x_i + Σ_j w_ij clip(x_j − x_i, τ_i) (:mod:`decent.robust.neighbourhood`).
 
 Sums run in float64 in a fixed order, so a result depends only on the set of inputs and
 their order, never on the backend.
@@ -29,14 +40,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 
 from decent.core.errors import ConfigError
-from decent.core.registry import Registry
-from decent.core.schema import in_range, text
+from decent.core.registry import Registry, component
+from decent.core.schema import at_least, in_range, positive, text
 
 # one rule: the received vectors stacked as (m, d) → the aggregate (d,)
 Rule = Callable[[torch.Tensor], torch.Tensor]
@@ -46,8 +58,9 @@ Rule = Callable[[torch.Tensor], torch.Tensor]
 class AggregatorConfig:
     """A rule without parameters of its own (``mean``, ``median``, ``weighted_mean``)."""
 
-    # the rule: mean, trimmed_mean, median, krum, weighted_mean (DSO's top level only),
-    # or one a module of `imports` registers
+    # the rule: mean, trimmed_mean, median, krum, multi_krum, geometric_median,
+    # centered_clip, clipped_gossip (gossip only), weighted_mean (DSO's top level only), or
+    # one a module of `imports` registers
     name: str = text("mean", nullable=False)
 
 
@@ -63,6 +76,36 @@ class KrumConfig(AggregatorConfig):
     name: str = "krum"
     # f / m: the assumed fraction of Byzantine senders (f = ⌈β·m⌉)
     byzantine: float = in_range(0.1, 0, 0.5, hi_open=True)
+
+
+@dataclass
+class GeometricMedianConfig(AggregatorConfig):
+    name: str = "geometric_median"
+    iters: int = at_least(1, 3)  # T: Weiszfeld iterations from zero (ByzFL's 3)
+    nu: float = positive(0.1)  # ν: distances below it count as ν (ByzFL's and RFA's 0.1)
+
+
+@dataclass
+class CenteredClipConfig(AggregatorConfig):
+    name: str = "centered_clip"
+    tau: float = positive(10.0)  # τ: each x_j − v clipped to this norm
+    iters: int = at_least(1, 1)  # L: clipping iterations (ByzFL's 1)
+
+
+@dataclass
+class ClippedGossipConfig(AggregatorConfig):
+    """ClippedGossip (self-centered clipping): a neighbourhood rule only."""
+
+    name: str = "clipped_gossip"
+    # τ_i: None adapts it each mix, as the authors' code does: the (b + 1)-th largest of
+    # the distances ‖x_j − x_i‖ to the neighbours heard from, so the b farthest are clipped
+    tau: float | None = positive(None, nullable=True)
+    byzantine: int = at_least(0, 1)  # b: the Byzantine neighbours a client assumes
+
+
+# the rules that clip toward, or start from, the aggregating client's own model: they
+# exist only where there is one (a gossip neighbourhood), not on a server
+NEIGHBOURHOOD_ONLY = ("clipped_gossip",)
 
 
 def assumed_byzantine(beta: float, m: int) -> int:
@@ -95,10 +138,47 @@ def krum(stacked: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
     f = assumed_byzantine(beta, m)
     if m <= 2 * f + 2:
         raise ValueError(f"krum needs more than 2f + 2 = {2 * f + 2} vectors, got {m}")
+    return stacked[int(torch.argmin(krum_scores(stacked, f)))].clone()
+
+
+def krum_scores(stacked: torch.Tensor, f: int) -> torch.Tensor:
+    """Each vector's summed squared distance to its m − f − 2 nearest others."""
+    m = stacked.shape[0]
     flat = stacked.double()
     distances = torch.cdist(flat, flat).square()
-    nearest = torch.sort(distances, dim=1).values[:, 1: m - f - 1]  # skip itself
-    return stacked[int(torch.argmin(nearest.sum(dim=1)))].clone()
+    return torch.sort(distances, dim=1).values[:, 1: m - f - 1].sum(dim=1)
+
+
+def multi_krum(stacked: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
+    m = stacked.shape[0]
+    f = assumed_byzantine(beta, m)
+    if m <= 2 * f + 2:
+        raise ValueError(f"multi_krum needs more than 2f + 2 = {2 * f + 2} vectors, got {m}")
+    # a stable sort: equal scores keep the senders' order
+    chosen = torch.sort(krum_scores(stacked, f), stable=True).indices[: m - f]
+    return stacked.double()[chosen].mean(dim=0).to(stacked.dtype)
+
+
+def geometric_median(stacked: torch.Tensor, iters: int = 3, nu: float = 0.1) -> torch.Tensor:
+    flat = stacked.double()
+    z = torch.zeros_like(flat[0])
+    for _ in range(iters):
+        betas = (1.0 / flat.shape[0]) / torch.linalg.vector_norm(flat - z, dim=1).clamp_min(nu)
+        z = (flat * betas[:, None]).sum(dim=0) / betas.sum()
+    return z.to(stacked.dtype)
+
+
+def centered_clip(stacked: torch.Tensor, tau: float = 10.0, iters: int = 1,
+                  center: torch.Tensor | None = None) -> torch.Tensor:
+    flat = stacked.double()
+    v = torch.zeros_like(flat[0]) if center is None else center.double().clone()
+    for _ in range(iters):
+        diff = flat - v
+        norm = torch.linalg.vector_norm(diff, dim=1)
+        # min(1, τ/‖d‖); a zero difference stays zero (its factor is immaterial)
+        scale = torch.where(norm > tau, tau / norm.clamp_min(1e-300), torch.ones_like(norm))
+        v = v + (diff * scale[:, None]).mean(dim=0)
+    return v.to(stacked.dtype)
 
 
 def krum_or_median(stacked: torch.Tensor, beta: float) -> torch.Tensor:
@@ -106,6 +186,11 @@ def krum_or_median(stacked: torch.Tensor, beta: float) -> torch.Tensor:
     if stacked.shape[0] <= 2 * assumed_byzantine(beta, stacked.shape[0]) + 2:
         return median(stacked)
     return krum(stacked, beta)
+
+
+def _neighbourhood_only(cfg: AggregatorConfig) -> Rule:
+    raise ConfigError("strategy.robust", f"{cfg.name} clips toward the aggregating client's "
+                      "own model: a gossip method's rule, not a server's; use centered_clip")
 
 
 def _only_on_top(cfg: AggregatorConfig) -> Rule:
@@ -119,6 +204,12 @@ AGGREGATORS.register("median", AggregatorConfig, lambda cfg: median)
 AGGREGATORS.register("trimmed_mean", TrimmedMeanConfig,
                      lambda cfg: partial(trimmed_mean, beta=cfg.trim))
 AGGREGATORS.register("krum", KrumConfig, lambda cfg: partial(krum_or_median, beta=cfg.byzantine))
+AGGREGATORS.register("multi_krum", KrumConfig, lambda cfg: partial(multi_krum, beta=cfg.byzantine))
+AGGREGATORS.register("geometric_median", GeometricMedianConfig,
+                     lambda cfg: partial(geometric_median, iters=cfg.iters, nu=cfg.nu))
+AGGREGATORS.register("centered_clip", CenteredClipConfig,
+                     lambda cfg: partial(centered_clip, tau=cfg.tau, iters=cfg.iters))
+AGGREGATORS.register("clipped_gossip", ClippedGossipConfig, _neighbourhood_only)
 # built by the caller, which has the weights (see weighted_mean); registered so that it is
 # a name a section may give
 AGGREGATORS.register("weighted_mean", AggregatorConfig, _only_on_top)
@@ -153,3 +244,9 @@ def aggregate(rule: Rule | AggregatorConfig | str, vectors: list[torch.Tensor]
     shape = vectors[0].shape
     stacked = torch.stack([v.reshape(-1) for v in vectors])
     return rule(stacked).reshape(shape)
+
+
+def robust_field() -> Any:
+    """A method's ``robust`` section: the rule that combines what it received ({name:
+    mean} by default: the method as published; ``decent config schema aggregator``)."""
+    return field(default_factory=AggregatorConfig, metadata=component(AGGREGATORS))

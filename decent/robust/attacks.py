@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,8 +54,13 @@ from decent.core.tree import tree_map
 class AttackConfig:
     """An attack without parameters of its own (``sign_flip``, ``forge``)."""
 
+    # payloads made from the honest ones of the phase, once every client ran it
+    # (decent.robust.omniscient) rather than from the client's own as it leaves
+    OMNISCIENT: ClassVar[bool] = False
+
     # sign_flip, scale (× factor), gaussian / random noise (std), replay an old payload
-    # (lag), forge a payload, or one a module of `imports` registers
+    # (lag), forge a payload; omniscient: alie, ipm, dissensus; or one a module of
+    # `imports` registers
     name: str = text("sign_flip", nullable=False)
 
 

@@ -44,7 +44,16 @@ from decent.core.schema import (
 from decent.core.stats import Max, Mean
 from decent.core.storable import storable
 from decent.models import params
-from decent.robust.aggregators import AGGREGATORS, aggregate, build_aggregator
+from decent.robust.aggregators import (
+    AGGREGATORS,
+    AggregatorConfig,
+    aggregate,
+    build_aggregator,
+    robust_field,
+)
+from decent.robust.attacks import ATTACKS, AttackConfig, map_floats
+from decent.robust.neighbourhood import robust_average
+from decent.robust.omniscient import View as AttackView
 from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
 from decent.strategies.config import LRScheduleConfig, StrategyConfig
 from decent.strategies.fedavg import OuterStepConfig, ServerStar, outer_optimizer
@@ -81,12 +90,16 @@ from decent.tasks.base import ClientData, Task
 __all__ = [
     "AGGREGATOR",
     "AGGREGATORS",
+    "ATTACKS",
     "COMPRESSORS",
     "OPTIMIZERS",
     "SERVER",
     "STRATEGIES",
     "WIRE_DTYPES",
     "WORKER",
+    "AggregatorConfig",
+    "AttackConfig",
+    "AttackView",
     "Client",
     "ClientData",
     "CompressionConfig",
@@ -130,6 +143,7 @@ __all__ = [
     "in_range",
     "local_steps",
     "make_optimizer",
+    "map_floats",
     "mix_with_neighbours",
     "mixing_weights",
     "number",
@@ -140,6 +154,8 @@ __all__ = [
     "positive",
     "private_gradient",
     "push_to_out_neighbours",
+    "robust_average",
+    "robust_field",
     "seed_field",
     "shard_batches",
     "shard_gradient",

@@ -44,6 +44,8 @@ from decent.core.graph import GraphFacts, RoundGraph
 from decent.core.messages import Message
 from decent.core.stats import Stat
 from decent.models import params
+from decent.robust.aggregators import AggregatorConfig
+from decent.robust.neighbourhood import check_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.phases import WORKER, Phase, collect
 from decent.tasks.base import ClientData, Task
@@ -200,6 +202,14 @@ class Strategy(Generic[StateT], metaclass=Frozen):
         self.cfg = cfg
         self.graph = graph
         self.n = graph.n
+        robust = getattr(cfg, "robust", None)
+        if isinstance(robust, AggregatorConfig):
+            self.check_robust(robust, graph)
+
+    def check_robust(self, robust: AggregatorConfig, graph: GraphFacts) -> None:
+        """Refuse, in one line, a ``robust`` rule that cannot run on ``graph``: by default
+        over a gossip neighbourhood (a client and its neighbours)."""
+        check_robust(robust, graph.degrees)
 
     def __setattr__(self, key: str, value: Any) -> None:
         if getattr(self, "_frozen", False):

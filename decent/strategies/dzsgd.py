@@ -4,7 +4,8 @@ estimate.
 Every round, each client i:
   1. takes H MeZO steps on its own data;
   2. sends its parameters θ_i to every neighbour                  (4·d bytes per edge);
-  3. mixes θ_i ← Σ_{j ∈ N(i) ∪ {i}} w_ij θ_j (Metropolis–Hastings weights by default).
+  3. mixes θ_i ← Σ_{j ∈ N(i) ∪ {i}} w_ij θ_j (Metropolis–Hastings weights by default),
+     or combines what it received by the rule ``robust``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from decent.core.messages import Message
 from decent.models import params
+from decent.robust.aggregators import robust_field
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.inbox import Inbox
 from decent.strategies.phases import phase
@@ -27,6 +29,7 @@ class DZSGDConfig(ZOStepConfig):
     name: str = "dzsgd"
     # the dtype parameters travel in (bfloat16 halves the bytes)
     wire_dtype: str = wire_dtype_field()
+    robust: Any = robust_field()  # the gossip average (mean) or a robust neighbourhood rule
 
 
 @dataclass
@@ -55,4 +58,4 @@ class DZSGD(Strategy[DZSGDState]):
     @phase()
     def gossip(self, client: Client[DZSGDState], inbox: Inbox,
                ctx: PhaseContext) -> None:
-        average_with_neighbours(client, inbox, ctx)
+        average_with_neighbours(client, inbox, ctx, robust=self.cfg.robust)

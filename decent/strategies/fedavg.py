@@ -5,7 +5,8 @@ other. Round t:
   1. every worker starts from the global model θ, runs H local steps to θ_i and uploads
      the pseudo-gradient Δ_i = θ − θ_i                                  (4·d bytes up;
      optionally compressed, Top-K or INT8, with error feedback on the worker);
-  2. the server averages Δ = mean_i Δ_i, sets it as the gradient of θ and takes one
+  2. the server averages Δ = mean_i Δ_i (or combines them by the rule ``robust``: median,
+     trimmed mean, Krum, ...), sets it as the gradient of θ and takes one
      outer optimiser step, then broadcasts θ                          (4·d bytes down);
   3. workers load θ.
 Outer SGD with lr 1 is FedAvg (McMahan et al., 2017); Nesterov SGD with lr 0.7 and
@@ -28,7 +29,10 @@ from decent.core.messages import Message
 from decent.core.registry import component
 from decent.core.schema import in_range, positive
 from decent.models import params
+from decent.robust.aggregators import AggregatorConfig, build_aggregator, robust_field
+from decent.robust.neighbourhood import flat, too_few, unflat
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import is_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.phases import SERVER as SERVER_ROLE
@@ -66,6 +70,9 @@ class FedAvgConfig(OuterStepConfig):
     # Upload compression (the broadcast stays dense): identity by default.
     compression: Any = field(default_factory=CompressionConfig,
                              metadata=component(COMPRESSORS))
+    # how the server combines the workers' pseudo-gradients: their mean (the method as
+    # published), or a Byzantine-robust rule (median, trimmed_mean, krum, ...)
+    robust: Any = robust_field()
 
 
 @dataclass
@@ -115,6 +122,14 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         self.compressor = build_compressor(cfg.compression)
         # Uncompressed uploads stay plain tensors (the FedAvg of the paper, bit for bit).
         self.encoded = cfg.compression.name != "identity" or cfg.compression.error_feedback
+        self.rule = build_aggregator(cfg.robust) if is_robust(cfg.robust) else None
+
+    def check_robust(self, robust: AggregatorConfig, graph: GraphFacts) -> None:
+        """The server combines n − 1 uploads (a gossip neighbourhood rule is refused when
+        the rule is built)."""
+        problem = too_few(robust, graph.n - 1, "the workers' uploads")
+        if problem is not None:
+            raise ConfigError("strategy.robust", problem)
 
     def init_state(self, client: Client[FedAvgState], shared: Any) -> FedAvgState:
         cfg = self.cfg
@@ -155,8 +170,14 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         if arrived:
             uploads = [decompress_tree(self.compressor, msg.payload, live) if self.encoded
                        else msg.payload for msg in arrived]
-            for name, p in live.items():
-                p.grad = sum(u[name] for u in uploads) / len(uploads)
+            if self.rule is None:
+                for name, p in live.items():
+                    p.grad = sum(u[name] for u in uploads) / len(uploads)
+            else:  # the rule over the flattened uploads, in the workers' order
+                names = list(live)
+                combined = self.rule(torch.stack([flat(u, names) for u in uploads]))
+                for name, g in unflat(combined, live, names).items():
+                    live[name].grad = g
             client.state.outer.step()
         return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))
 

@@ -21,6 +21,9 @@ Choices where the paper leaves one open, all configurable:
 * heterogeneous H_i: ``local_steps_per_worker`` lists them, or ``local_steps_min`` draws
   each worker's H_i once, uniformly in [local_steps_min, local_steps], from its own RNG
   (a fixed speed per worker, as with heterogeneous hardware).
+* ``robust``: step 4's neighbour term y_i − α Σ λ_ij (y_i − y_j) = y_i + α (M − y_i), with
+  M the weighted average, takes a robust rule's R in place of M (ClippedGossip: R − y_i =
+  Σ_j λ_ij clip(y_j − y_i, τ_i)).
 
 Special cases (tested): on the complete graph with αλ = 1/n and γ = 0 the update is
 θ + η · mean g — DiLoCo with an SGD outer optimiser of lr η (FedAvg for η = 1); with
@@ -39,7 +42,10 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models import params
+from decent.robust.aggregators import robust_field
+from decent.robust.neighbourhood import robust_average
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import is_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import (
     OPTIMIZERS,
@@ -69,6 +75,9 @@ class GASLoCConfig(LocalTrainingConfig):
     local_steps_per_worker: list[int] | None = at_least(1, None, nullable=True, each=True)
     # the dtype proposals travel in (bfloat16 halves the bytes)
     wire_dtype: str = wire_dtype_field()
+    # how a worker combines the proposals it received: the paper's Laplacian step (mean),
+    # or a robust rule R over {y_i} ∪ {y_j}, then θ = y_i + α (R − y_i) (+ momentum)
+    robust: Any = robust_field()
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
@@ -139,12 +148,19 @@ class GASLoC(Strategy[GASLoCState]):
         y, state.y = state.y, None
         assert y is not None
         w = ctx.graph.weights[client.cid]
-        new = {name: t.clone() for name, t in y.items()}
-        # a lost y_j leaves its term out (as if y_j = y_i); a late one is superseded
-        for msg in inbox.newest().values():  # in source order
-            lam = w[msg.src] if cfg.edge_weights == "mixing" else 1.0
-            for name, y_j in msg.payload.items():
-                new[name] -= cfg.gossip_step * lam * (y[name] - y_j.to(y[name].dtype))
+        newest = inbox.newest()  # in source order
+        lam = {src: w[src] if cfg.edge_weights == "mixing" else 1.0 for src in newest}
+        if is_robust(cfg.robust):
+            mixed = robust_average(cfg.robust, y, 1.0 - sum(lam.values()), lam,
+                                   {src: msg.payload for src, msg in newest.items()})
+            new = {name: y[name] + cfg.gossip_step * (mixed[name] - y[name]) for name in y}
+        else:
+            new = {name: t.clone() for name, t in y.items()}
+            # a lost y_j leaves its term out (as if y_j = y_i); a late one is superseded
+            for msg in newest.values():
+                for name, y_j in msg.payload.items():
+                    new[name] -= cfg.gossip_step * lam[msg.src] * (
+                        y[name] - y_j.to(y[name].dtype))
         if cfg.outer_momentum > 0:
             prev = state.y_prev if state.y_prev is not None else y  # y_{−1} = y_0
             for name in new:

@@ -10,6 +10,8 @@ import torch
 
 from decent.core.messages import Message
 from decent.models import params
+from decent.robust.aggregators import AggregatorConfig
+from decent.robust.neighbourhood import robust_average
 from decent.strategies.base import Client, PhaseContext
 from decent.strategies.inbox import Inbox
 from decent.strategies.step_batching import MixRequest
@@ -20,7 +22,8 @@ Tensors = dict[str, torch.Tensor]
 @torch.no_grad()
 def mix_with_neighbours(client: Client[Any], own: Tensors, inbox: Inbox | list[Message],
                         ctx: PhaseContext, part: str | None = None,
-                        tag: str | None = None) -> Tensors:
+                        tag: str | None = None, robust: AggregatorConfig | None = None
+                        ) -> Tensors:
     """Σ_{j ∈ N(i) ∪ {i}} w_ij t_j for the tensors ``own`` of client i (any of its state:
     the model, a tracker, a public copy), with the neighbours' t_j in the newest message
     (of ``tag``) from each: its payload, or ``payload[part]`` when one message carries
@@ -28,12 +31,22 @@ def mix_with_neighbours(client: Client[Any], own: Tensors, inbox: Inbox | list[M
 
     The weight of a neighbour whose message was lost stays with the client's own tensors,
     so the weights still sum to one; without faults this is the plain gossip average.
+    ``robust`` (a ``strategy.robust`` rule other than ``mean``): the neighbours' tensors
+    combined by that rule instead (:func:`decent.robust.neighbourhood.robust_average`).
     Returns new tensors; ``own`` is not written."""
     if not isinstance(inbox, Inbox):  # the bare messages (a benchmark, a hand-made test)
         inbox = Inbox.of(inbox, client.cid, ctx)
     keep, weights, newest = mixing_weights(client, inbox, ctx, tag)
-    return weighted_sum(own, keep, weights, {
-        src: msg.payload if part is None else msg.payload[part] for src, msg in newest.items()})
+    payloads = {src: msg.payload if part is None else msg.payload[part]
+                for src, msg in newest.items()}
+    if is_robust(robust):
+        return robust_average(robust, own, keep, weights, payloads)  # type: ignore[arg-type]
+    return weighted_sum(own, keep, weights, payloads)
+
+
+def is_robust(robust: AggregatorConfig | None) -> bool:
+    """Whether ``robust`` asks for more than the plain gossip average."""
+    return robust is not None and robust.name != "mean"
 
 
 @torch.no_grad()
@@ -61,11 +74,13 @@ def mixing_weights(client: Client[Any], inbox: Inbox, ctx: PhaseContext,
 
 @torch.no_grad()
 def average_with_neighbours(client: Client[Any], inbox: Inbox | list[Message],
-                            ctx: PhaseContext, tag: str | None = None) -> None:
+                            ctx: PhaseContext, tag: str | None = None,
+                            robust: AggregatorConfig | None = None) -> None:
     """Mix the client's trainable tensors with its neighbours' (each message's payload a
-    name → tensor dict): θ_i ← Σ_j w_ij θ_j, by :func:`mix_with_neighbours`."""
+    name → tensor dict): θ_i ← Σ_j w_ij θ_j, by :func:`mix_with_neighbours` (or by the
+    rule ``robust``)."""
     batched = ctx.runner
-    if batched is not None:  # the process mixes its clients together
+    if batched is not None and not is_robust(robust):  # the process mixes its clients together
         if not isinstance(inbox, Inbox):
             inbox = Inbox.of(inbox, client.cid, ctx)
         keep, weights, newest = mixing_weights(client, inbox, ctx, tag)
@@ -73,4 +88,5 @@ def average_with_neighbours(client: Client[Any], inbox: Inbox | list[Message],
                            {src: msg.payload for src, msg in newest.items()}))
         return
     live = params.trainable_params(client.model)
-    params.load(client.model, mix_with_neighbours(client, live, inbox, ctx, tag=tag))
+    params.load(client.model, mix_with_neighbours(client, live, inbox, ctx, tag=tag,
+                                                  robust=robust))
