@@ -160,3 +160,23 @@ def in_session(session: int) -> list[int]:
         if fields[0] != "Z" and int(fields[3]) == session:
             pids.append(int(entry.name))
     return pids
+
+
+def assert_resumed_equals_full(cfg: Any) -> None:
+    """``cfg`` run whole, then resumed from a copy of its run directory without the
+    summary (its newest checkpoint): the same rows and final states, bit for bit."""
+    import shutil
+
+    import numpy as np
+
+    from decent.run.runner import resume, run
+
+    full, full_vectors = run_capturing(run, cfg, cfg)
+    partial = full.run_dir.parent / f".{full.run_dir.name}-killed.partial"
+    shutil.copytree(full.run_dir, partial)
+    (partial / "summary.json").unlink()
+    resumed, vectors = run_capturing(resume, cfg, partial)
+    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in resumed.rows] == \
+        [{k: v for k, v in r.items() if k != "round_wall_s"} for r in full.rows]
+    for cid, vec in full_vectors.items():
+        np.testing.assert_array_equal(vectors[cid], vec)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +19,11 @@ from decent.engine.execution import ExecutionConfig
 from decent.engine.group import ClientGroup
 from decent.engine.plan import build_plan
 from decent.engine.stacking import Stacking, decide, make_batcher, mode_of
-from decent.run.runner import resume, run
 from decent.strategies.dsgd import DSGD
 from tests.helpers import (
     assert_ray_equals_local,
+    assert_resumed_equals_full,
     rows_and_vectors,
-    run_capturing,
     save_fake_cifar,
     tiny,
 )
@@ -229,17 +227,8 @@ def test_unset_is_auto_on_a_gpu_and_sequential_on_a_cpu(tmp_path, monkeypatch):
 def test_a_resumed_batched_run_is_the_run_that_never_stopped(tmp_path, name):
     """A checkpoint restores each optimiser's state as new tensors (load_state_dict):
     they are stacked again before the next steps, and the run goes on bit for bit."""
-    cfg = config(tmp_path, name, "batched", checkpoint={"every": 2},
-                 faults={"delay": 0.5, "delay_phases": 2})
-    full, full_vectors = run_capturing(run, cfg, cfg)
-    partial = full.run_dir.parent / f".{full.run_dir.name}-killed.partial"
-    shutil.copytree(full.run_dir, partial)
-    (partial / "summary.json").unlink()
-    resumed, vectors = run_capturing(resume, cfg, partial)
-    assert [{k: v for k, v in r.items() if k != "round_wall_s"} for r in resumed.rows] == \
-        [{k: v for k, v in r.items() if k != "round_wall_s"} for r in full.rows]
-    for cid, vec in full_vectors.items():
-        np.testing.assert_array_equal(vectors[cid], vec)
+    assert_resumed_equals_full(config(tmp_path, name, "batched", checkpoint={"every": 2},
+                                      faults={"delay": 0.5, "delay_phases": 2}))
 
 
 def lora_config(tmp_path: Path, mode: str, optimizer: dict, dropout: float = 0.0,

@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy.stats import norm
 
+from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.robust.omniscient import ALIEConfig, IPMConfig, View, _alie, _ipm, alie_z
 from decent.run.runner import check, make_engine
@@ -32,12 +33,12 @@ def byzfl_attacks():
 def test_alie_and_ipm_equal_byzfl(seed):
     attacks = byzfl_attacks()
     honest = np.random.default_rng(seed).normal(size=(6, 25))
-    view = View(None, {k: {"w": torch.from_numpy(v)} for k, v in enumerate(honest)}, {},
+    view = View(None, {k: [torch.from_numpy(v)] for k, v in enumerate(honest)}, {},
                 frozenset(), 8, 2)
     # ByzFL writes ALIE as μ + τσ: the paper's μ − zσ is τ = −z
-    ours = _alie(ALIEConfig(z=1.5), view)["w"].numpy()
+    [ours] = _alie(ALIEConfig(z=1.5), view)
     np.testing.assert_allclose(ours, attacks.ALittleIsEnough(tau=-1.5)(honest), atol=1e-6)
-    ours = _ipm(IPMConfig(eps=0.5), view)["w"].numpy()
+    [ours] = _ipm(IPMConfig(eps=0.5), view)
     np.testing.assert_allclose(ours, attacks.InnerProductManipulation(tau=0.5)(honest),
                                atol=1e-6)
 
@@ -125,3 +126,14 @@ def test_a_users_rule_and_attack_register_as_decents_do(tmp_path):
         if b in BYZANTINE:
             copied = min(k for (k, dst) in sent if dst == j and k not in BYZANTINE)
             np.testing.assert_array_equal(flat(payload), flat(sent[(copied, j)]))
+
+
+def test_an_omniscient_attack_on_compressed_payloads_is_refused_in_one_line(tmp_path):
+    raw = config(tmp_path, {"name": "alie"})
+    raw["strategy"] = {"name": "choco", "compression": {"name": "topk", "keep": 0.1}}
+    with pytest.raises(ConfigError) as err:
+        from_dict(raw)
+    assert err.value.field == "faults.attack.name" and "compressed" in str(err.value)
+    # a sign flip reads no other payload: it runs on the same config
+    raw["faults"]["attack"] = {"name": "sign_flip"}
+    from_dict(raw)

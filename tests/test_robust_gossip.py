@@ -18,7 +18,12 @@ from decent.engine.config import from_dict
 from decent.robust import aggregators as agg
 from decent.robust.neighbourhood import robust_average
 from decent.run.runner import check
-from tests.helpers import assert_ray_equals_local, rows_and_vectors, tiny
+from tests.helpers import (
+    assert_ray_equals_local,
+    assert_resumed_equals_full,
+    rows_and_vectors,
+    tiny,
+)
 
 
 def byzfl_aggregators():
@@ -138,14 +143,23 @@ def attacked(tmp_path, strategy: dict, robust, topology: dict, mode: str = "sequ
 DSGD = {"name": "dsgd", "local_steps": 3, "lr": 0.1}
 GASLOC = {"name": "gasloc", "local_steps": 3, "lr": 0.05, "optimizer": "sgd"}
 FEDAVG = {"name": "fedavg", "local_steps": 3, "lr": 0.1}
+SGP = {"name": "sgp", "local_steps": 3, "lr": 0.1}
+CHOCO = {"name": "choco", "local_steps": 3, "lr": 0.1, "compression": {"name": "topk",
+                                                                       "keep": 0.2}}
+COMBO = {"name": "combo", "local_steps": 3, "batch_size": 8, "lr": 0.1, "segments": 3,
+         "replicas": 2}
 RING = {"name": "ring", "n": 8}
+DIRECTED = {"name": "directed_exponential", "n": 8}
 
 
 @pytest.mark.parametrize(("strategy", "rule", "topology", "attack"), [
     (DSGD, "clipped_gossip", RING, "sign_flip"), (DSGD, "trimmed_mean", RING, "sign_flip"),
     (GASLOC, "clipped_gossip", RING, "sign_flip"),
     (FEDAVG, "median", {"name": "star", "n": 8}, "scale"),
-], ids=["dsgd-clipped", "dsgd-trimmed", "gasloc-clipped", "fedavg-median"])
+    (SGP, "clipped_gossip", DIRECTED, "sign_flip"), (CHOCO, "trimmed_mean", RING, "scale"),
+    (COMBO, "clipped_gossip", RING, "sign_flip"),
+], ids=["dsgd-clipped", "dsgd-trimmed", "gasloc-clipped", "fedavg-median", "sgp-clipped",
+        "choco-trimmed", "combo-clipped"])
 def test_a_robust_rule_defends_where_the_mean_is_broken(tmp_path, strategy, rule, topology,
                                                         attack):
     """Two attacking clients of eight: the plain average is dragged off (to chance, 0.11
@@ -157,9 +171,11 @@ def test_a_robust_rule_defends_where_the_mean_is_broken(tmp_path, strategy, rule
     assert robust_rows[-1]["gmp_accuracy"] > mean_rows[-1]["gmp_accuracy"] + 0.2
 
 
-def test_batched_robust_gossip_equals_sequential(tmp_path):
-    seq_rows, seq = rows_and_vectors(attacked(tmp_path, DSGD, "clipped_gossip", RING))
-    bat_rows, bat = rows_and_vectors(attacked(tmp_path, DSGD, "clipped_gossip", RING,
+@pytest.mark.parametrize(("strategy", "topology"), [(DSGD, RING), (SGP, DIRECTED),
+                                                    (CHOCO, RING)], ids=["dsgd", "sgp", "choco"])
+def test_batched_robust_gossip_equals_sequential(tmp_path, strategy, topology):
+    seq_rows, seq = rows_and_vectors(attacked(tmp_path, strategy, "clipped_gossip", topology))
+    bat_rows, bat = rows_and_vectors(attacked(tmp_path, strategy, "clipped_gossip", topology,
                                               "batched"))
     for a, b in zip(seq_rows, bat_rows, strict=True):
         for key, value in a.items():
@@ -167,6 +183,18 @@ def test_batched_robust_gossip_equals_sequential(tmp_path):
                 assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     for cid, vec in seq.items():
         np.testing.assert_allclose(bat[cid], vec, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", [CHOCO, SGP], ids=["choco", "sgp"])
+def test_a_resumed_robust_run_is_the_run_that_never_stopped(tmp_path, strategy):
+    """Choco's copies of its neighbours' public models, and push-sum's reset weight, are
+    in the checkpoint: resumed from round 4 of 5, the run goes on bit for bit."""
+    topology = DIRECTED if strategy is SGP else RING
+    raw = tiny(tmp_path, rounds=5, topology=topology,
+               strategy={**strategy, "robust": "clipped_gossip"},
+               faults={"byzantine": [1, 5], "attack": {"name": "sign_flip"}},
+               checkpoint={"every": 2})
+    assert_resumed_equals_full(from_dict(raw))
 
 
 def test_the_mean_is_the_method_as_published(tmp_path):

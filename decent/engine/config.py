@@ -52,6 +52,7 @@ from decent.engine.overrides import delete_key, drop_foreign_fields, take_compon
 from decent.network.faults import FaultsConfig
 from decent.network.membership import ChurnConfig
 from decent.network.timing import NetworkConfig
+from decent.robust.omniscient import check_omniscient
 from decent.strategies.config import StrategyConfig
 from decent.topologies import TOPOLOGIES, TopologyConfig
 
@@ -317,6 +318,7 @@ def from_layers(*layers: Any) -> RunConfig:
     cfg.task = TASKS.config(_section(cfg.task, "task"))
     cfg.model = MODELS.config(_section(cfg.model, "model"))
     check_execution(cfg, STRATEGIES.entry(cfg.strategy.name).build)
+    check_omniscient(cfg)
     return cfg
 
 

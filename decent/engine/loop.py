@@ -107,9 +107,8 @@ class Engine:
         if not any(m.src in byzantine for m in sent):
             return
         [readable] = self.executor.storable({0: sent})
-        graph = self.topology.round_graph(round_)
-        made = rewrite(self.cfg.faults.attack, readable[0], byzantine, graph.weights,
-                       self.cfg.n)
+        made = rewrite(self.cfg.faults.attack, readable[0], byzantine,
+                       self.topology.round_graph(round_), self.cfg.n)
         [routable] = self.executor.routable({0: made})
         new = {(m.src, m.seq, m.dst): m.payload for m in routable[0]}
         for r in results.values():

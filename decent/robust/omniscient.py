@@ -24,10 +24,14 @@ and replaces its payload to j by
   ε > 1 reverse, the pull of j's honest neighbours, keeping the clients apart.
 
 A user's module registers an omniscient attack the same way: a config class with
-``OMNISCIENT = True`` and ``fn(cfg, view: View) -> payload | None``.
+``OMNISCIENT = True`` and ``fn(cfg, view: View) -> leaves | None`` (the payload's
+floating-point leaves, as ``view.target`` and each of ``view.honest`` hold them).
 
-Payloads must be named tensors (``dict[str, Tensor]``, what DSGD, DZSGD, GASLoC and an
-uncompressed FedAvg send); j with nothing honest around it gets b's payload unchanged.
+A payload is read as its floating-point leaves in walk order (tensors, and scalars such
+as push-sum's weight), which must have the same shapes in every honest payload of the
+destination; integer leaves (indices, seeds) are kept. A compressed payload (a Top-K
+selection: its values sit at other coordinates in every payload) is refused in one line.
+j with nothing honest around it gets b's payload unchanged.
 """
 
 from __future__ import annotations
@@ -39,15 +43,18 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from decent.core.errors import ConfigError
-from decent.core.messages import Message
+from decent.core.graph import RoundGraph
+from decent.core.messages import Declared, Message, Scalar
 from decent.core.schema import at_least, positive
 from decent.core.storable import storable
+from decent.core.tree import tree_map
 from decent.robust.attacks import ATTACKS, AttackConfig
 
-Tensors = dict[str, torch.Tensor]
+Leaves = list[torch.Tensor]  # a payload's floating-point leaves, in walk order
 
 
 @storable
@@ -87,48 +94,48 @@ def alie_z(n: int, m: int) -> float:
 class View:
     """What a Byzantine sender knows about its destination j this phase."""
 
-    target: Tensors | None  # T_j
-    honest: dict[int, Tensors]  # H_j, by sender
+    target: Leaves | None  # T_j
+    honest: dict[int, Leaves]  # H_j, by sender
     weights: dict[int, float]  # w_jk of the round graph, every neighbour k of j
     byzantine: frozenset[int]  # the Byzantine neighbours of j
     n: int  # clients in the run
     m: int  # Byzantine clients in the run
 
 
-def _stack(view: View) -> list[Tensors]:
+def _stack(view: View) -> list[Leaves]:
     return ([view.target] if view.target is not None else []) + list(view.honest.values())
 
 
-def _alie(cfg: ALIEConfig, view: View) -> Tensors | None:
+def _alie(cfg: ALIEConfig, view: View) -> Leaves | None:
     models = _stack(view)
     if not models:
         return None
     z = cfg.z if cfg.z is not None else alie_z(view.n, view.m)
-    out = {}
-    for name, like in models[0].items():
-        stacked = torch.stack([p[name].double() for p in models])
+    out = []
+    for k, like in enumerate(models[0]):
+        stacked = torch.stack([p[k].double() for p in models])
         sigma = stacked.std(dim=0) if len(models) > 1 else torch.zeros_like(stacked[0])
-        out[name] = (stacked.mean(dim=0) - z * sigma).to(like.dtype)
+        out.append((stacked.mean(dim=0) - z * sigma).to(like.dtype))
     return out
 
 
-def _ipm(cfg: IPMConfig, view: View) -> Tensors | None:
+def _ipm(cfg: IPMConfig, view: View) -> Leaves | None:
     models = _stack(view)
     if not models:
         return None
-    return {name: (-cfg.eps * torch.stack([p[name].double() for p in models]).mean(dim=0)
-                   ).to(like.dtype) for name, like in models[0].items()}
+    return [(-cfg.eps * torch.stack([p[k].double() for p in models]).mean(dim=0)
+             ).to(like.dtype) for k, like in enumerate(models[0])]
 
 
-def _dissensus(cfg: DissensusConfig, view: View) -> Tensors | None:
+def _dissensus(cfg: DissensusConfig, view: View) -> Leaves | None:
     if view.target is None or not view.honest:
         return None
     byz_weight = sum(view.weights[b] for b in view.byzantine)
-    out = {}
-    for name, t in view.target.items():
-        pull = sum(view.weights[k] * (x[name].double() - t.double())
-                   for k, x in view.honest.items())
-        out[name] = (t.double() - cfg.eps * pull / byz_weight).to(t.dtype)
+    out = []
+    for k, t in enumerate(view.target):
+        pull = sum(view.weights[j] * (x[k].double() - t.double())
+                   for j, x in view.honest.items())
+        out.append((t.double() - cfg.eps * pull / byz_weight).to(t.dtype))
     return out
 
 
@@ -137,26 +144,74 @@ ATTACKS.register("ipm", IPMConfig, _ipm)
 ATTACKS.register("dissensus", DissensusConfig, _dissensus)
 
 
-def named_tensors(payload: Any, attack: str) -> Tensors:
-    if isinstance(payload, dict) and all(isinstance(v, torch.Tensor) for v in payload.values()):
-        return payload
-    raise ConfigError("faults.attack.name", f"{attack} reads the honest payloads as named "
-                      f"tensors; this method sends {type(payload).__name__} payloads: use a "
-                      "non-omniscient attack (sign_flip, scale, gaussian, ...)")
+def refused(attack: str, why: str) -> ConfigError:
+    return ConfigError("faults.attack.name", f"{attack} reads the honest payloads of each "
+                       f"phase, and {why}: use a non-omniscient attack (sign_flip, scale, "
+                       "gaussian, ...)")
+
+
+def float_leaves(payload: Any, attack: str) -> Leaves:
+    """``payload``'s floating-point leaves in walk order (a scalar as a 0-d tensor)."""
+    found: Leaves = []
+
+    def visit(leaf: Any) -> Any:
+        if isinstance(leaf, Declared):
+            raise refused(attack, "this method's payloads are compressed (the values of "
+                          "one sit at other coordinates than another's)")
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            found.append(leaf)
+        elif isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating):
+            found.append(torch.from_numpy(leaf))
+        elif isinstance(leaf, Scalar):
+            found.append(torch.tensor(leaf.value, dtype=torch.float32))
+        return leaf
+
+    tree_map(visit, payload)
+    return found
+
+
+def with_leaves(payload: Any, leaves: Leaves) -> Any:
+    """``payload`` with its floating-point leaves replaced, in walk order, by ``leaves``."""
+    it = iter(leaves)
+
+    def put(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            return next(it).to(leaf.device, leaf.dtype)
+        if isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating):
+            return next(it).numpy().astype(leaf.dtype)
+        if isinstance(leaf, Scalar):
+            return Scalar(float(next(it)))
+        return leaf
+
+    return tree_map(put, payload)
+
+
+def same_shapes(attack: str, payloads: list[Leaves]) -> None:
+    shapes = {tuple(t.shape for t in p) for p in payloads}
+    if len(shapes) > 1:
+        raise refused(attack, "the payloads one client receives differ in shape")
+
+
+def incoming_weights(graph: RoundGraph, j: int) -> dict[int, float]:
+    """The weight j gives each client it hears from (and itself): its row of the mixing
+    matrix, undirected; on a directed graph the share each in-neighbour k pushes to j."""
+    if not graph.directed:
+        return graph.weights[j]
+    return {j: graph.weights[j][j], **{k: graph.weights[k][j] for k in graph.in_neighbors[j]}}
 
 
 def rewrite(cfg: AttackConfig, messages: list[Message], byzantine: frozenset[int],
-            weights: dict[int, dict[int, float]], n: int) -> list[Message]:
+            graph: RoundGraph, n: int) -> list[Message]:
     """The Byzantine messages of one phase's ``messages`` (payloads readable), each with
-    the payload the attack makes from what it sees; ``weights``: the round graph's. The
-    other messages are not touched; those returned are new."""
-    attack: Callable[[Any, View], Tensors | None] = ATTACKS.entry(
+    the payload the attack makes from what it sees in the round's ``graph``. The other
+    messages are not touched; those returned are new."""
+    attack: Callable[[Any, View], Leaves | None] = ATTACKS.entry(
         cfg.name, "faults.attack").build
-    by_dst: dict[int, dict[int, Tensors]] = {}
-    first: dict[int, dict[int, Tensors]] = {}  # src → dst → payload
+    by_dst: dict[int, dict[int, Leaves]] = {}
+    first: dict[int, dict[int, Leaves]] = {}  # src → dst → payload
     for msg in messages:
         if msg.src not in byzantine:
-            payload = named_tensors(msg.payload, cfg.name)
+            payload = float_leaves(msg.payload, cfg.name)
             by_dst.setdefault(msg.dst, {}).setdefault(msg.src, payload)
             first.setdefault(msg.src, {}).setdefault(msg.dst, payload)
     out = []
@@ -166,9 +221,26 @@ def rewrite(cfg: AttackConfig, messages: list[Message], byzantine: frozenset[int
         j = msg.dst
         sent = first.get(j, {})
         target = sent.get(msg.src, next(iter(sent.values()), None))
-        view = View(target, dict(sorted(by_dst.get(j, {}).items())), weights[j],
-                    frozenset(k for k in weights[j] if k in byzantine and k != j),
+        weights = incoming_weights(graph, j)
+        view = View(target, dict(sorted(by_dst.get(j, {}).items())), weights,
+                    frozenset(k for k in weights if k in byzantine and k != j),
                     n, len(byzantine))
+        same_shapes(cfg.name, [float_leaves(msg.payload, cfg.name), *_stack(view)])
         made = attack(cfg, view)
-        out.append(msg if made is None else dataclasses.replace(msg, payload=made))
+        out.append(msg if made is None else dataclasses.replace(
+            msg, payload=with_leaves(msg.payload, made)))
     return out
+
+
+def check_omniscient(cfg: Any) -> None:
+    """An omniscient attack reads the honest payloads of each phase as values of one
+    shape: a compressed run's are not (a Top-K selection sits at other coordinates in
+    each), so it is refused here, in one line."""
+    compression = getattr(cfg.strategy, "compression", None)
+    if cfg.faults.attack.OMNISCIENT and cfg.faults.byzantine and \
+            getattr(compression, "name", "identity") != "identity":
+        raise ConfigError("faults.attack.name", f"{cfg.faults.attack.name} reads the honest "
+                          "payloads of each phase, and this run's are compressed "
+                          f"(strategy.compression: {compression.name}; the values of one sit "
+                          "at other coordinates than another's): use a non-omniscient attack, "
+                          "or compression identity")

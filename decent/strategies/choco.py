@@ -12,7 +12,9 @@ of one per neighbour. Every round:
      θ_i ← θ_i + γ (s_i − θ̂_i)  =  θ_i + γ Σ_j w_ij (θ̂_j − θ̂_i).
 Public copies start at the initial (pretrained) weights, which every client shares: the
 paper finds this matters, since early messages then carry only what training changed.
-With the identity compressor and γ = 1 this is DSGD's exact gossip.
+With the identity compressor and γ = 1 this is DSGD's exact gossip. With a robust rule
+(``robust``) a client keeps each neighbour's public copy θ̂_j (the paper's Algorithm 1
+form) and step 4 is θ_i ← θ_i + γ (R − θ̂_i), R the rule over θ̂_i and the θ̂_j.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from decent.core.messages import Message
 from decent.core.registry import component
 from decent.core.schema import in_range
 from decent.models import params
+from decent.robust.aggregators import robust_field
+from decent.robust.neighbourhood import robust_average
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import is_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.phases import phase
@@ -45,6 +50,9 @@ class ChocoConfig(LocalTrainingConfig):
     # how the differences q_i = C(θ_i − θ̂_i) are compressed (Top-K 1% by default)
     compression: Any = field(default_factory=lambda: TopKConfig(keep=0.01),
                              metadata=component(COMPRESSORS))
+    # how a client combines its neighbours' public copies: the paper's weighted sum s_i
+    # (mean), or a robust rule over θ̂_i and each θ̂_j (it then keeps one copy a neighbour)
+    robust: Any = robust_field()
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
@@ -65,6 +73,10 @@ class ChocoState:
     optimizer: torch.optim.Optimizer
     public: dict[str, torch.Tensor]  # θ̂_i, the copy every neighbour also holds
     mixed: dict[str, torch.Tensor]  # s_i = Σ_{j ∈ N(i) ∪ {i}} w_ij θ̂_j
+    # with a robust rule: each neighbour's public copy θ̂_j, and the shared start θ_0 a
+    # neighbour's copy begins from (None: the paper's memory-efficient form)
+    copies: dict[int, dict[str, torch.Tensor]] | None = None
+    start: dict[str, torch.Tensor] | None = None
 
 
 class ChocoSGD(Strategy[ChocoState]):
@@ -85,9 +97,12 @@ class ChocoSGD(Strategy[ChocoState]):
 
     def init_state(self, client: Client[ChocoState], shared: Any) -> ChocoState:
         # θ̂_i = θ_0 and s_i = Σ_j w_ij θ_0 = θ_0
+        robust = is_robust(self.cfg.robust)
         return ChocoState(make_optimizer(client.model, self.cfg),
                           public=params.snapshot(client.model),
-                          mixed=params.snapshot(client.model))
+                          mixed=params.snapshot(client.model),
+                          copies={} if robust else None,
+                          start=params.snapshot(client.model) if robust else None)
 
     def churn_problem(self, client: int, kind: str) -> str | None:
         return ("every client keeps its neighbours' public copies in step with the "
@@ -119,9 +134,32 @@ class ChocoSGD(Strategy[ChocoState]):
                ctx: PhaseContext) -> None:
         w = ctx.graph.weights[client.cid]
         public, mixed = client.state.public, client.state.mixed
+        if client.state.copies is not None:
+            self._robust_gossip(client, inbox, ctx)
+            return
         for msg in inbox:  # sorted by source: the sum's order is fixed
             for name, payload in msg.payload.items():
                 mixed[name] += w[msg.src] * self.compressor.decompress(payload, mixed[name])
         gamma = self.cfg.gossip_step
         for name, p in params.trainable_params(client.model).items():
             p += gamma * (mixed[name] - public[name])
+
+    def _robust_gossip(self, client: Client[ChocoState], inbox: Inbox,
+                       ctx: PhaseContext) -> None:
+        """θ̂_j += q_j for each neighbour heard, then θ_i ← θ_i + γ (R − θ̂_i), with R the
+        rule over θ̂_i and every neighbour's θ̂_j (the weights w_ij; s_i is R here)."""
+        state = client.state
+        assert state.copies is not None and state.start is not None
+        for msg in inbox:  # sorted by source
+            copy = state.copies.setdefault(
+                msg.src, {name: t.clone() for name, t in state.start.items()})
+            for name, payload in msg.payload.items():
+                copy[name] += self.compressor.decompress(payload, copy[name])
+        w = ctx.graph.weights[client.cid]
+        heard = {j: state.copies[j] for j in sorted(state.copies)}
+        mixed = robust_average(self.cfg.robust, state.public,
+                               1.0 - sum(w.get(j, 0.0) for j in heard),
+                               {j: w.get(j, 0.0) for j in heard}, heard)
+        gamma = self.cfg.gossip_step
+        for name, p in params.trainable_params(client.model).items():
+            p += gamma * (mixed[name] - state.public[name])

@@ -13,6 +13,8 @@ Round t, worker i (``segments`` = S, ``replicas`` = R, ``local_steps`` = τ):
      at ``wire_dtype``) and a header (round, segment, |D_j|), three int32, 12 bytes;
   4. segment-wise aggregation weighted by data size:
          W̃_i[l] = Σ_{j∈P_l} |D_j| W_j[l] / Σ_{j∈P_l} |D_j|,   P_l = providers of l + {i}.
+With ``robust``, step 4's weighted mean of a segment is a robust rule over the same
+copies (its weights the same |D_j| / Σ|D|).
 S = 1 is plain gossip with R peers; R = n − 1 on the complete graph is all-reduce (every
 worker ends the round on the data-weighted mean: FedAvg with outer SGD lr 1).
 
@@ -51,7 +53,10 @@ from decent.core.graph import GraphFacts
 from decent.core.messages import Message
 from decent.core.schema import at_least, positive
 from decent.models import params
+from decent.robust.aggregators import robust_field
+from decent.robust.neighbourhood import robust_average
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import is_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.phases import phase
@@ -76,6 +81,9 @@ class ComboConfig(LocalTrainingConfig):
     replicas: int = at_least(1, 2)  # R
     retries: int = at_least(0, 2)  # phases left for re-sent requests
     wire_dtype: str = wire_dtype_field()  # the dtype segments travel in (bfloat16 halves the bytes)
+    # how a worker combines a segment's copies: the data-weighted mean (the paper's), or a
+    # robust rule over its own segment and the providers' (weights |D_j| / Σ|D|)
+    robust: Any = robust_field()
 
 
 @dataclass
@@ -220,6 +228,10 @@ class Combo(Strategy[ComboState]):
                 continue
             order = sorted(parts)
             weight = sum(parts[j][0] for j in order)
+            if is_robust(self.cfg.robust):
+                own[lo:hi] = self._robust_segment(client.cid, parts, order, weight,
+                                                  own[lo:hi])
+                continue
             # float64 sums in id order; |D_j|·W_j[l] is exact there (a float32 times an
             # integer below 2**29), so the rounding is the reference's. Chunks keep the
             # float64 buffer in cache (7× faster than whole segments at SmolLM2 size), and
@@ -235,6 +247,17 @@ class Combo(Strategy[ComboState]):
         client.stats["providers"] = float(np.mean([len(p) for p in state.providers]))
         state.fresh = False
         state.flat, state.got, state.asked, state.order = None, [], [], []
+
+    def _robust_segment(self, me: int, parts: dict[int, tuple[int, torch.Tensor]],
+                        order: list[int], weight: int, mine: torch.Tensor) -> torch.Tensor:
+        """The rule ``robust`` over one segment's copies: the worker's own (when it has
+        one: a newcomer's is the first provider's) and the providers', by data size."""
+        centre = me if me in parts else order[0]
+        others = {j: {"s": parts[j][1]} for j in order if j != centre}
+        out = robust_average(self.cfg.robust, {"s": parts[centre][1].clone()},
+                             parts[centre][0] / weight,
+                             {j: parts[j][0] / weight for j in others}, others)
+        return out["s"].to(mine.dtype)
 
     # ------------------------------------------------------------------ helpers
     @staticmethod

@@ -14,6 +14,8 @@ import torch
 
 from decent.core.messages import Message, Scalar
 from decent.models import params
+from decent.robust.aggregators import AggregatorConfig
+from decent.robust.neighbourhood import robust_average
 from decent.strategies.base import Client, PhaseContext
 from decent.strategies.gossip import weighted_sum
 from decent.strategies.inbox import Inbox
@@ -87,3 +89,33 @@ def absorb(client: Client[Any], ctx: PhaseContext, own: float, weight: float,
     mixed = weighted_sum(z, keep, weights, numerators)
     params.load(client.model, mixed)
     return total
+
+
+@torch.no_grad()
+def absorb_robustly(client: Client[Any], ctx: PhaseContext, own: float, weight: float,
+                    inbox: Inbox, robust: AggregatorConfig) -> float:
+    """:func:`absorb` with a robust rule (``strategy.robust``): each sender's pushes
+    de-biased, z_j = x_j / w_j, and z_i' = the rule over {z_i} ∪ {z_j} with the weights
+    push-sum gives them (own·w / w' and w_j / w', w' = own·w + Σ w_j). A push of
+    non-positive weight carries no mass (an attacker's): it is left out. The new weight
+    is 1: a Byzantine neighbour keeps the mass it is sent, so a bookkept w' would shrink
+    and the steps γ / w' grow without bound; the rule's z_i' is the model, its mass reset
+    (on the doubly stochastic graphs where honest push-sum keeps w = 1, the same)."""
+    pushes: dict[int, tuple[Tensors, float]] = {}
+    for msg in inbox:
+        if msg.tag != PUSH_TAG:
+            continue
+        x, w = msg.payload["x"], msg.payload["w"].value
+        if msg.src in pushes:  # two from one sender (a delayed one): their mass adds
+            x = {name: pushes[msg.src][0][name] + t for name, t in x.items()}
+            w += pushes[msg.src][1]
+        pushes[msg.src] = (x, w)
+    mass = {src: xw for src, xw in pushes.items() if xw[1] > 0}
+    kept = as_float32(own * weight)
+    total = as_float32(kept + sum(w for _, w in mass.values()))
+    z = params.trainable_params(client.model)
+    ratios = {src: {name: t / w for name, t in x.items()} for src, (x, w) in mass.items()}
+    mixed = robust_average(robust, z, kept / total,
+                           {src: w / total for src, (_, w) in mass.items()}, ratios)
+    params.load(client.model, mixed)
+    return 1.0

@@ -10,7 +10,7 @@ SGP (Algorithm 1, with H local steps):
      the numerator);
   2. send (p_ji x_i, p_ji w_i) to each out-neighbour j   (4·d + 4 bytes per directed edge);
   3. x_i ← p_ii x_i + Σ_j received x_j,   w_i ← p_ii w_i + Σ_j received w_j,
-     z_i ← x_i / w_i.
+     z_i ← x_i / w_i  (``robust``: z_i ← a robust rule over z_i and the z_j = x_j / w_j).
 
 OSGP (overlap τ ≥ 1, Algorithm 2): nobody waits for the pushes of this round. Every round:
   1. add the mass that has arrived (sent τ rounds ago): x_i += Σ x_j, w_i += Σ w_j;
@@ -39,17 +39,28 @@ import torch
 
 from decent.core.messages import Message
 from decent.core.schema import at_least
+from decent.robust.aggregators import robust_field
 from decent.strategies.base import Client, PhaseContext, Strategy
+from decent.strategies.gossip import is_robust
 from decent.strategies.inbox import Inbox
 from decent.strategies.local_training import LocalTrainingConfig, local_steps, make_optimizer
 from decent.strategies.phases import phase
-from decent.strategies.push import absorb, as_float32, push_to_out_neighbours, sum_received
+from decent.strategies.push import (
+    absorb,
+    absorb_robustly,
+    as_float32,
+    push_to_out_neighbours,
+    sum_received,
+)
 
 
 @dataclass
 class SGPConfig(LocalTrainingConfig):
     name: str = "sgp"
     local_steps: int = at_least(1, 1)  # H: local steps between two gossips (the paper's 1)
+    # how a client combines the mass it received: push-sum's sum (mean), or a robust rule
+    # over the de-biased values z_j = x_j / w_j (a push of weight ≤ 0 is left out)
+    robust: Any = robust_field()
 
 
 @dataclass
@@ -96,8 +107,12 @@ class PushSum(Strategy[SGPState]):
     def receive(self, client: Client[SGPState], inbox: Inbox, ctx: PhaseContext,
                 own: float) -> None:
         """Add the pushes in ``inbox`` to client i's mass, of which it kept ``own``."""
-        numerators, received = sum_received(inbox)
         state = client.state
+        if is_robust(self.cfg.robust):
+            state.weight = absorb_robustly(client, ctx, own, state.weight, inbox,
+                                           self.cfg.robust)
+            return
+        numerators, received = sum_received(inbox)
         state.weight = absorb(client, ctx, own, state.weight, numerators, received)
 
 

@@ -51,10 +51,11 @@ class MimicConfig(AttackConfig):
     name: str = "mimic"
 
 
-def mimic(cfg: MimicConfig, view: AttackView) -> dict[str, torch.Tensor] | None:
+def mimic(cfg: MimicConfig, view: AttackView) -> list[torch.Tensor] | None:
+    """The payload's float values (``view.honest[k]``: what k sent, as a list of tensors)."""
     if not view.honest:
         return None  # nobody to copy: the payload stays as it was
-    return {name: t.clone() for name, t in view.honest[min(view.honest)].items()}
+    return [t.clone() for t in view.honest[min(view.honest)]]
 
 
 ATTACKS.register("mimic", MimicConfig, mimic)
