@@ -319,6 +319,7 @@ class ClientGroup:
                 "generator": client.generator.get_state(),
                 "rng_states": capture(client.rng_states),
                 "attack": capture(self.attacks[cid]) if cid in self.attacks else None,
+                "private_steps": client.private_steps,
             }
         return out
 
@@ -346,6 +347,7 @@ class ClientGroup:
             client.state = restore(client.state, saved["state"], self.device)
             client.generator.set_state(saved["generator"])
             client.rng_states = restore({}, saved["rng_states"])
+            client.private_steps = int(saved.get("private_steps", 0))
             if saved["attack"] is not None:
                 restore(self.attacks[cid], saved["attack"], self.device)
         relink = self.strategy.shared_tensors(self.shared).relink

@@ -40,6 +40,7 @@ sensitivity the clipping bounds.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -168,5 +169,14 @@ def release_rdp(noise_multiplier: float, sampling_rate: float) -> tuple[float, .
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     one = rdp.RdpAccountant()
-    one.compose(release_event(noise_multiplier, sampling_rate))
+    # at small orders and a small q the accountant's series may not converge: it leaves
+    # those orders out (ε then comes from the others, still a valid bound) and says so,
+    # once per order, through absl's logger: quiet here, the figure is unchanged
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        one.compose(release_event(noise_multiplier, sampling_rate))
+    finally:
+        absl.setLevel(level)
     return tuple(float(v) for v in one._rdp)

@@ -214,7 +214,7 @@ def lookup(name: Any, source: str, at: str = "") -> type:
 
 
 # each file's keys: anything else is refused (an extra key is where a gadget would hide)
-CLIENT_KEYS = {"model", "state", "generator", "rng_states", "attack"}
+CLIENT_KEYS = {"model", "state", "generator", "rng_states", "attack", "private_steps"}
 PROCESS_KEYS = {"shared", "base"}
 ROUTER_KEYS = {"router", "lost"}
 ROUTER_FIELDS = {"ready", "later", "phase_no", "present", "total_edge_bytes", "total_bytes",

@@ -79,6 +79,9 @@ class Client(Generic[StateT]):
     # the reference device): what a method with workers of different speeds (DSO's
     # asynchronous option) derives its schedule from. Set by the platform.
     speed: float = 1.0
+    # Local steps taken under DP-SGD since the run began (``privacy``): what the client's
+    # ε is accounted for; kept in checkpoints.
+    private_steps: int = 0
     # The run's task (the same as ``ctx.task``), set by the platform before init_state: a
     # state that starts from a gradient (a tracker at ∇f_i(x⁰)) computes it there.
     task: Task | None = None
@@ -304,8 +307,14 @@ class Strategy(Generic[StateT], metaclass=Frozen):
     def privacy_note(self, byzantine: list[int], attack: str) -> str | None:
         """For the run's summary, beside any ``dp_epsilon``: what that privacy figure
         leaves out, or why the run has none, given the Byzantine clients and their
-        ``attack``. None (the default): nothing to say."""
-        return None
+        ``attack``. By default, for a method whose ``privacy`` is on: that a Byzantine
+        client's own data is not covered (it sends its attack); else nothing (None)."""
+        privacy = getattr(self.cfg, "privacy", None)
+        if privacy is None or not privacy.enabled or not byzantine:
+            return None
+        return (f"dp_epsilon covers the honest clients only: the Byzantine clients "
+                f"{sorted(byzantine)} send their attack ({attack}), so their own data has "
+                "no bound")
 
     def bootstrap(self, client: Client[StateT], vector: np.ndarray | None,
                   shared: Any) -> None:

@@ -12,6 +12,7 @@ from decent.core.errors import ConfigError
 from decent.core.schema import at_least, in_range, one_of, positive
 from decent.models.output_logits import OutputLogits
 from decent.models.router_losses import RouterLogits, RouterLossConfig
+from decent.privacy.dp_sgd import PrivacyConfig
 from decent.strategies.base import Client, StepRunner
 from decent.strategies.config import LRScheduleConfig, StrategyConfig
 from decent.strategies.step_batching import StepRequest
@@ -58,6 +59,10 @@ class LocalTrainingConfig(StrategyConfig):
     # that predict a token (PaLM's 1e-4; SPES's released configs 1e-5); ignored by models
     # without an output embedding
     logit_z_loss: float = at_least(0, 0.0)
+    # client-level differential privacy: {mechanism: dp_sgd, clip, sigma, delta} makes every
+    # local step DP-SGD's (Poisson sample, per-example clipping, Gaussian noise) and
+    # reports each client's ε (dp_epsilon); mechanism none: ordinary steps
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     def examples_per_step(self) -> int:
         return self.batch_size
@@ -67,6 +72,14 @@ class LocalTrainingConfig(StrategyConfig):
 
     def validate(self, prefix: str = "strategy") -> None:
         check_betas(self.betas, prefix)
+        if self.privacy.enabled:
+            extra = [f for f, on in (("grad_clip", self.grad_clip > 0),
+                                     ("logit_z_loss", self.logit_z_loss > 0),
+                                     ("router_loss", self.router_loss.active)) if on]
+            if extra:
+                raise ConfigError(f"{prefix}.{extra[0]}", "with privacy.mechanism dp_sgd the "
+                                  "step is the clipped, noised per-example gradient of the "
+                                  "task's loss alone (privacy.clip bounds it): set it off")
         if self.optimizer == "adamw" and self.momentum > 0:
             raise ConfigError(
                 f"{prefix}.momentum",
@@ -111,6 +124,10 @@ def local_steps(
     context's (``ctx.runner``), which takes a batched process's clients' steps together."""
     client.count_steps(steps)
     request = StepRequest(client, optimizer, task, steps, batch_size, cfg, round_)
+    if cfg is not None and cfg.privacy.enabled:  # per-example steps: each client its own
+        from decent.strategies.private_steps import private_client_steps
+
+        return private_client_steps(request)
     if runner is not None:  # the process takes its clients' steps together
         return float(runner(request))
     return one_client_steps(request)

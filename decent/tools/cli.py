@@ -123,6 +123,7 @@ SUMMARY_ROWS = (
     ("GMP perplexity", "gmp_perplexity", "{:.2f}"),
     ("client accuracy (mean)", "client_accuracy_mean", "{:.4f}"),
     ("consensus distance", "consensus_distance", "{:.3e}"),
+    ("DP ε (largest client)", "dp_epsilon", "{:.3f}"),
     ("bytes sent (total)", "bytes_total", "{:,}"),
     ("max bytes on one edge", "max_edge_bytes_total", "{:,}"),
     ("simulated time", "sim_time_total_s", "{:.3f} s"),
