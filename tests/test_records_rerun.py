@@ -30,6 +30,7 @@ RECORDS = {
     "faults": "faults/runs/signflip20-s1-20261123-081636-a6c3",
     "gasloc": "gasloc/acceleration/runs/lr0.02-outer_momentum0.5-seed0-20261123-104925-2d3e",
     "pretraining": "pretraining/runs/pretrain-fedavg-star-20261123-102722-b6a6",
+    "robust": "robust/runs/dsgd-dissensus-clipped_gossip-s0-20261204-190812-7e52",
     "seedflood": "seedflood/delayed/runs/hops0-seed2-20261123-091653-06fe",
     "sgp": "sgp/runs/osgp-one-peer-20261128-014200-4b75",
     "spes": "spes/runs/spes-n4-s0-20261127-225425-9c16",

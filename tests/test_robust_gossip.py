@@ -231,3 +231,33 @@ def test_robust_gossip_and_server_on_ray_equal_local(tmp_path, ray_session):
                     faults={"byzantine": [1, 5], "attack": {"name": "sign_flip"}},
                     execution={"mode": mode})
         assert_ray_equals_local(base, 3)
+
+
+def test_honest_only_evaluates_the_honest_clients_alone(tmp_path):
+    """eval.honest_only: the averaged model and the per-client figures over the clients
+    not in faults.byzantine: what evaluating just those clients gives."""
+    from decent.run.runner import make_engine
+
+    cfg = attacked(tmp_path, DSGD, "mean", RING)
+    cfg.eval.per_client = True
+    cfg.eval.honest_only = True
+    engine = make_engine(cfg, check(cfg))
+    try:
+        engine.run_round(0)
+        honest = [c for c in range(8) if c not in (1, 5)]
+        assert engine.evaluate(True) == engine.evaluate(True, honest)
+        cfg.eval.honest_only = False
+        assert engine.evaluate(True) != engine.evaluate(True, honest)
+    finally:
+        engine.close()
+
+
+def test_the_schema_labels_a_rules_fields_under_the_key_a_user_writes(capsys):
+    from decent.tools.cli import main
+
+    assert main(["config", "schema", "aggregator.clipped_gossip"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("strategy.robust.name ") and "\nstrategy.robust.tau " in out
+    assert main(["config", "schema", "strategy.dso"]) == 0
+    dso = capsys.readouterr().out
+    assert "decent config schema aggregator.NAME; in this section under aggregator" in dso

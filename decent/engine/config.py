@@ -93,6 +93,9 @@ class EvalConfig:
     initial: bool = False
     # a metric value to reach: the summary reports when it first was
     target: TargetConfig = field(default_factory=TargetConfig)
+    # the averaged model (gmp_*) and the per-client metrics over the honest clients only,
+    # faults.byzantine left out (the robust-learning literature's figure)
+    honest_only: bool = False
 
 
 @dataclass

@@ -221,6 +221,8 @@ class Engine:
     def _evaluate(self, per_client: bool, present: list[int] | None
                   ) -> tuple[dict[str, float], int]:
         keep = set(range(self.cfg.n) if present is None else present) - set(self.lost)
+        if self.cfg.eval.honest_only:
+            keep -= set(self.cfg.faults.byzantine)
         parts = {h: [c for c in self.executor.groups[h] if c in keep] for h in self.live()}
         mean = mean_model(self.executor.param_sums(parts), len(keep))
         return combine(self.executor.evaluate(mean, per_client, parts)), len(keep)

@@ -23,7 +23,7 @@ from decent.core.schema import CHECK, Check, section_default
 COMPONENTS = ("strategy", "task", "model")
 # where the section of each kind of registered part sits in a run config
 WHERE = {"topology": "topology", "compression": "strategy.compression",
-         "aggregator": "strategy.aggregator", "attack": "faults.attack"}
+         "aggregator": "strategy.robust", "attack": "faults.attack"}
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,13 @@ def field_rows(cls: type, prefix: str = "", owner: Any = None) -> Iterator[Field
         description = field_description(cls, f.name)
         if COMPONENT in f.metadata:  # a registered part: its fields depend on its name
             kind = f.metadata[COMPONENT].kind
+            # `decent config schema KIND.NAME` labels them under WHERE[kind]; a part the
+            # config holds under another key (DSO's aggregator) says where they go here
+            under = "" if WHERE.get(kind, "").endswith(f".{name}") or WHERE.get(kind) == name \
+                else f"; in this section under {name}"
             yield FieldRow(name, "component", format_default(value.name),
                            f"one of: {', '.join(f.metadata[COMPONENT].names)} (fields: "
-                           f"decent config schema {kind}.NAME)", description)
+                           f"decent config schema {kind}.NAME{under})", description)
             continue
         if dataclasses.is_dataclass(value):
             yield FieldRow(name, "section", "", "", description)
