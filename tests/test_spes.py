@@ -413,3 +413,37 @@ def test_a_checkpoint_stores_the_frozen_experts_once_per_process(tmp_path):
         assert set(client["model"]) == set(shared.phi_names) | set(shared.own(cid))
     server = torch.load(folder / "clients" / "0.pt", weights_only=False)
     assert set(server["model"]) >= set(shared.all_experts())  # the global model's own copy
+
+
+def test_a_robust_server_takes_the_rules_shared_update_and_each_expert_as_sent(tmp_path):
+    """strategy.robust on SPES: the server's step on φ is the rule's Δφ (the median of the
+    4 uploads here), the experts still their owners'. Round 0 of a mean run and of a
+    median run see the same uploads: their broadcasts differ by mean(Δφ) − median(Δφ)."""
+    import numpy as np
+
+    from decent.run.runner import check, make_engine
+
+    def round_zero(rule):
+        cfg = from_dict(spes(tmp_path, outer_lr=1.0, outer_momentum=0.0, robust=rule))
+        engine = make_engine(cfg, check(cfg))
+        posted = engine.record_messages()
+        try:
+            engine.run_round(0)
+        finally:
+            engine.close()
+        uploads = [m.payload for m in posted if m.tag == "update"]
+        broadcast = next(m.payload for m in posted if m.tag == "global")
+        return uploads, broadcast
+
+    uploads, mean_global = round_zero("mean")
+    again, median_global = round_zero("median")
+    phi = [n for n in uploads[0] if ".experts." not in n]
+    assert phi and len(uploads) == 4
+    for name in phi:
+        stacked = np.stack([u[name].numpy() for u in uploads])
+        np.testing.assert_array_equal(stacked, np.stack([u[name].numpy() for u in again]))
+        expected = stacked.mean(0) - np.median(stacked, axis=0)
+        np.testing.assert_allclose((median_global[name] - mean_global[name]).numpy(),
+                                   expected, rtol=0, atol=1e-6)
+    for name in (n for n in mean_global if ".experts." in n):  # as their owners sent them
+        torch.testing.assert_close(median_global[name], mean_global[name], rtol=0, atol=0)

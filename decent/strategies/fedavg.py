@@ -29,7 +29,7 @@ from decent.core.messages import Message
 from decent.core.registry import component
 from decent.core.schema import in_range, positive
 from decent.models import params
-from decent.robust.aggregators import AggregatorConfig, build_aggregator, robust_field
+from decent.robust.aggregators import AggregatorConfig, Rule, build_aggregator, robust_field
 from decent.robust.neighbourhood import flat, too_few, unflat
 from decent.strategies.base import Client, PhaseContext, Strategy
 from decent.strategies.gossip import is_robust
@@ -109,6 +109,26 @@ class ServerStar:
             return "the server (client 0) holds the global model; workers may come and go"
         return None
 
+    def check_robust(self, robust: AggregatorConfig, graph: GraphFacts) -> None:
+        """The server combines n − 1 uploads (a gossip neighbourhood rule is refused when
+        the rule is built, :meth:`server_rule`)."""
+        problem = too_few(robust, graph.n - 1, "the workers' uploads")
+        if problem is not None:
+            raise ConfigError("strategy.robust", problem)
+
+    @staticmethod
+    def server_rule(robust: AggregatorConfig) -> Rule | None:
+        """The built rule of ``strategy.robust``, or None for the mean (the method's own)."""
+        return build_aggregator(robust) if is_robust(robust) else None
+
+    @staticmethod
+    def combine(rule: Rule, uploads: list[dict[str, torch.Tensor]],
+                like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``rule`` over the uploads flattened (the names of ``like``), in the workers'
+        order, back in ``like``'s shapes and dtypes."""
+        names = list(like)
+        return unflat(rule(torch.stack([flat(u, names) for u in uploads])), like, names)
+
 
 class FedAvg(ServerStar, Strategy[FedAvgState]):
     name = "fedavg"
@@ -122,14 +142,7 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
         self.compressor = build_compressor(cfg.compression)
         # Uncompressed uploads stay plain tensors (the FedAvg of the paper, bit for bit).
         self.encoded = cfg.compression.name != "identity" or cfg.compression.error_feedback
-        self.rule = build_aggregator(cfg.robust) if is_robust(cfg.robust) else None
-
-    def check_robust(self, robust: AggregatorConfig, graph: GraphFacts) -> None:
-        """The server combines n − 1 uploads (a gossip neighbourhood rule is refused when
-        the rule is built)."""
-        problem = too_few(robust, graph.n - 1, "the workers' uploads")
-        if problem is not None:
-            raise ConfigError("strategy.robust", problem)
+        self.rule = self.server_rule(cfg.robust)
 
     def init_state(self, client: Client[FedAvgState], shared: Any) -> FedAvgState:
         cfg = self.cfg
@@ -174,9 +187,7 @@ class FedAvg(ServerStar, Strategy[FedAvgState]):
                 for name, p in live.items():
                     p.grad = sum(u[name] for u in uploads) / len(uploads)
             else:  # the rule over the flattened uploads, in the workers' order
-                names = list(live)
-                combined = self.rule(torch.stack([flat(u, names) for u in uploads]))
-                for name, g in unflat(combined, live, names).items():
+                for name, g in self.combine(self.rule, uploads, live).items():
                     live[name].grad = g
             client.state.outer.step()
         return self.to_neighbours(client, ctx, "global", params.snapshot(client.model))

@@ -48,6 +48,7 @@ from decent.models import params
 from decent.models.expert_merging import SIMILARITY, TASK_VECTORS, merge_layer
 from decent.models.experts import SplitExperts, expert_parameter_names, shared_parameter_names
 from decent.models.router_losses import RouterLossConfig
+from decent.robust.aggregators import robust_field
 from decent.strategies.base import Client, PhaseContext, SharedTensors, Strategy
 from decent.strategies.fedavg import SERVER, OuterStepConfig, ServerStar, outer_optimizer
 from decent.strategies.inbox import Inbox
@@ -111,6 +112,9 @@ class SPESConfig(OuterStepConfig):
     # OLMoE's router coefficients: balance 0.01, z 0.001
     router_loss: RouterLossConfig = field(
         default_factory=lambda: RouterLossConfig(balance=0.01, z=0.001))
+    # how the server combines the shared parameters' Δφ: their mean (the paper's), or a
+    # robust rule; each expert has one owner and is taken as it sends it
+    robust: Any = robust_field()
 
     def validate(self, prefix: str = "strategy") -> None:
         super().validate(prefix)
@@ -176,6 +180,7 @@ class SPES(ServerStar, Strategy[SPESState]):
     def __init__(self, cfg: SPESConfig, graph: GraphFacts) -> None:
         super().__init__(cfg, graph)
         self.require_star(graph)
+        self.rule = self.server_rule(cfg.robust)
         workers = self.data_holders()
         stray = sorted({o for o in cfg.expert_owner if o not in workers})
         if stray:
@@ -255,8 +260,15 @@ class SPES(ServerStar, Strategy[SPESState]):
         live = dict(client.model.named_parameters())
         arrived = inbox.newest("update")
         if arrived:  # φ: one outer step on the mean Δφ (under faults, of those that came)
-            for name in shared.phi_names:
-                live[name].grad = sum(m.payload[name] for m in arrived.values()) / len(arrived)
+            if self.rule is None:
+                for name in shared.phi_names:
+                    live[name].grad = sum(m.payload[name] for m in arrived.values()) / len(
+                        arrived)
+            else:  # or the robust rule's Δφ (an expert has one owner: taken as sent)
+                phi = {name: live[name] for name in shared.phi_names}
+                uploads = [{n: m.payload[n] for n in phi} for m in arrived.values()]
+                for name, g in self.combine(self.rule, uploads, phi).items():
+                    live[name].grad = g
             client.state.outer.step()
             for src, msg in arrived.items():  # each expert from its owner
                 for name in shared.own(src):
