@@ -180,3 +180,16 @@ def assert_resumed_equals_full(cfg: Any) -> None:
         [{k: v for k, v in r.items() if k != "round_wall_s"} for r in full.rows]
     for cid, vec in full_vectors.items():
         np.testing.assert_array_equal(vectors[cid], vec)
+
+
+def first_round_messages(cfg: Any) -> list[Any]:
+    """Every message the router accepted in round 0 of ``cfg``'s run (sized, attacked)."""
+    from decent.run.runner import check, make_engine
+
+    engine = make_engine(cfg, check(cfg))
+    posted = engine.record_messages()
+    try:
+        engine.run_round(0)
+    finally:
+        engine.close()
+    return posted

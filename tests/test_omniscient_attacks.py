@@ -14,8 +14,8 @@ from scipy.stats import norm
 from decent.core.errors import ConfigError
 from decent.engine.config import from_dict
 from decent.robust.omniscient import ALIEConfig, IPMConfig, View, _alie, _ipm, alie_z
-from decent.run.runner import check, make_engine
-from tests.helpers import assert_ray_equals_local, tiny
+from decent.run.runner import check
+from tests.helpers import assert_ray_equals_local, first_round_messages, tiny
 from tests.test_robust_gossip import byzfl_aggregators
 
 BYZANTINE = (1, 5)
@@ -56,17 +56,6 @@ def config(tmp_path, attack: dict, backend: str = "local"):
                 strategy={"name": "dsgd", "local_steps": 2, "lr": 0.1},
                 faults={"byzantine": list(BYZANTINE), "attack": attack},
                 eval={"every": 0, "per_client": False}, backend=backend)
-
-
-def first_round_messages(cfg) -> list:
-    """Every message the router accepted in round 0 of ``cfg``'s run (sized, attacked)."""
-    engine = make_engine(cfg, check(cfg))
-    posted = engine.record_messages()
-    try:
-        engine.run_round(0)
-    finally:
-        engine.close()
-    return posted
 
 
 def flat(payload) -> np.ndarray:

@@ -421,16 +421,11 @@ def test_a_robust_server_takes_the_rules_shared_update_and_each_expert_as_sent(t
     median run see the same uploads: their broadcasts differ by mean(Δφ) − median(Δφ)."""
     import numpy as np
 
-    from decent.run.runner import check, make_engine
+    from tests.helpers import first_round_messages
 
     def round_zero(rule):
-        cfg = from_dict(spes(tmp_path, outer_lr=1.0, outer_momentum=0.0, robust=rule))
-        engine = make_engine(cfg, check(cfg))
-        posted = engine.record_messages()
-        try:
-            engine.run_round(0)
-        finally:
-            engine.close()
+        posted = first_round_messages(from_dict(spes(tmp_path, outer_lr=1.0,
+                                                     outer_momentum=0.0, robust=rule)))
         uploads = [m.payload for m in posted if m.tag == "update"]
         broadcast = next(m.payload for m in posted if m.tag == "global")
         return uploads, broadcast
