@@ -309,13 +309,17 @@ def test_mezo_on_a_single_client(tmp_path):
     assert rows[-1]["gmp_loss"] < rows[0]["gmp_loss"] - 0.05
 
 
-def test_seedflood_config_errors(tmp_path):
+def test_seedflood_config_errors(tmp_path, capsys):
     with pytest.raises(ConfigError) as err:
         check(flood_cfg(tmp_path, {"name": "one_peer", "n": 8}))
     assert err.value.field == "topology.name"
-    with pytest.raises(ConfigError) as err:
-        check(flood_cfg(tmp_path, {"name": "ring", "n": 8}, hops=9))
-    assert err.value.field == "strategy.hops"
+    # more sends than the diameter (SeedFlood-8step on a smaller graph) is SeedFlood with
+    # D sends, said in one line
+    plan = check(flood_cfg(tmp_path, {"name": "ring", "n": 8}, hops=9))
+    assert plan.strategy.k == 4 and plan.strategy.lag == 0
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["strategy.hops: 9 sends an iteration clamped to the graph's diameter 4 "
+                    "(every update has reached every client by then)"]
     with pytest.raises(ConfigError) as err:
         flood_cfg(tmp_path, {"name": "ring", "n": 8}, estimator="adam")
     assert err.value.field == "strategy.estimator"

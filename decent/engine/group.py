@@ -320,6 +320,8 @@ class ClientGroup:
                 "rng_states": capture(client.rng_states),
                 "attack": capture(self.attacks[cid]) if cid in self.attacks else None,
                 "private_steps": client.private_steps,
+                "sampler": None if client.data is None or client.data.epoch is None else {
+                    "order": client.data.epoch[0], "at": client.data.epoch[1]},
             }
         return out
 
@@ -348,6 +350,9 @@ class ClientGroup:
             client.generator.set_state(saved["generator"])
             client.rng_states = restore({}, saved["rng_states"])
             client.private_steps = int(saved.get("private_steps", 0))
+            sampler = saved.get("sampler")
+            if sampler is not None and client.data is not None:  # epoch sampling's place
+                client.data.epoch = (sampler["order"].to("cpu"), int(sampler["at"]))
             if saved["attack"] is not None:
                 restore(self.attacks[cid], saved["attack"], self.device)
         relink = self.strategy.shared_tensors(self.shared).relink

@@ -214,7 +214,8 @@ def lookup(name: Any, source: str, at: str = "") -> type:
 
 
 # each file's keys: anything else is refused (an extra key is where a gadget would hide)
-CLIENT_KEYS = {"model", "state", "generator", "rng_states", "attack", "private_steps"}
+CLIENT_KEYS = {"model", "state", "generator", "rng_states", "attack", "private_steps",
+               "sampler"}
 PROCESS_KEYS = {"shared", "base"}
 ROUTER_KEYS = {"router", "lost"}
 ROUTER_FIELDS = {"ready", "later", "phase_no", "present", "total_edge_bytes", "total_bytes",

@@ -40,6 +40,7 @@ Platform choices (documented in docs/methods/seedflood.md):
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -74,7 +75,8 @@ class SeedFloodConfig(StrategyConfig):
     rank: int = at_least(1, 64)  # SubCGE rank r (paper: 64 for OPT-125M, 32 for OPT-1.3B)
     refresh_every: int = at_least(0, 0)  # τ: 0 = never (the paper's OPT-125M τ = 5000)
     subspace_seed: int = seed_field(0)  # s_glob
-    hops: int = at_least(0, 0)  # k flooding sends per iteration; 0 = the graph's diameter
+    # k flooding sends per iteration; 0 = the graph's diameter D (more than D: clamped to D)
+    hops: int = at_least(0, 0)
     log_messages: bool = False  # record (origin, iteration sent, iteration applied)
 
     def examples_per_step(self) -> int:
@@ -162,8 +164,12 @@ class SeedFlood(Strategy[SeedFloodState]):
         self.diameter = graph.diameter  # D
         self.k = cfg.hops or self.diameter
         if self.k > self.diameter and graph.n > 1:
-            raise ConfigError("strategy.hops", f"{self.k} sends exceed the graph's diameter "
-                              f"{self.diameter}: use 0 (= diameter) or fewer")
+            # after D sends every client holds every update: more sends would carry nothing
+            # (SeedFlood-8step on a 16-client meshgrid, D = 6, is SeedFlood with D sends)
+            print(f"strategy.hops: {self.k} sends an iteration clamped to the graph's diameter "
+                  f"{self.diameter} (every update has reached every client by then)",
+                  file=sys.stderr)
+            self.k = self.diameter
         # an update of iteration t is last received (at hop D) in iteration t + lag
         self.lag = math.ceil(self.diameter / self.k) - 1 if self.diameter else 0
 

@@ -25,13 +25,41 @@ class ClientData:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
+    # how batches are drawn (``task.sampling``, set by the task): replacement, or epoch —
+    # the shard in a random order drawn from the client's RNG each epoch, each example
+    # once an epoch (MeZO's, a shuffled data loader's); a batch that reaches the end of
+    # an epoch takes the rest from the next one's order, so every batch has batch_size
+    sampling: ClassVar[str] = "replacement"
+
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """A batch drawn uniformly with replacement, using the client's own RNG."""
+        """A batch of the shard (:meth:`draw`), using the client's own RNG."""
         return self.rows(self.draw(batch_size, generator).to(self.x.device))
 
     def draw(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        """The indices :meth:`sample` takes: uniform with replacement, on the CPU."""
-        return torch.randint(len(self), (batch_size,), generator=generator)
+        """The indices :meth:`sample` takes, on the CPU: uniform with replacement, or the
+        next ``batch_size`` of the epoch's order (``sampling``)."""
+        if self.sampling != "epoch":
+            return torch.randint(len(self), (batch_size,), generator=generator)
+        taken = []
+        while batch_size > 0:
+            if self.epoch is None or self.epoch[1] >= len(self):
+                self.epoch = (torch.randperm(len(self), generator=generator), 0)
+            order, at = self.epoch
+            part = order[at: at + batch_size]
+            taken.append(part)
+            self.epoch = (order, at + len(part))
+            batch_size -= len(part)
+        return torch.cat(taken)
+
+    @property
+    def epoch(self) -> tuple[torch.Tensor, int] | None:
+        """The current epoch's order and how far into it the draws are (None: before the
+        first draw); what a checkpoint keeps of the sampler."""
+        return self.__dict__.get("_epoch")
+
+    @epoch.setter
+    def epoch(self, value: tuple[torch.Tensor, int] | None) -> None:
+        self.__dict__["_epoch"] = value
 
     def poisson_sample(self, rate: float, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """A Poisson sample: each example independently with probability ``rate``, in

@@ -7,9 +7,12 @@ files, a hint for building a local folder). The loaders (:mod:`decent.tasks.loca
 :mod:`decent.tasks.hub`, :mod:`decent.tasks.packages`) read these facts; nothing about a
 task is written anywhere else.
 
-The SST-2, RTE and BoolQ templates are those of MeZO (Malladi et al., 2023, Appendix E,
-Table 16), which the SeedFlood paper reuses: the model reads the prompt and the predicted
-class is the label word with the highest next-token log-likelihood. Labels are normalised
+The SST-2, RTE, BoolQ, WiC and MultiRC templates are those of MeZO (Malladi et al., 2023,
+Appendix E, Table 16), which the SeedFlood paper reuses, as its code writes them
+(princeton-nlp/MeZO, ``large_models/templates.py``: ``SST2Template``, ``RTETemplate``,
+``BoolQTemplateV3`` — ``BoolQDataset.get_template``'s default —, ``WICTemplate``,
+``MultiRCTemplate``): the model reads the prompt and the predicted class is the label
+word with the highest next-token log-likelihood. Labels are normalised
 to one fixed order per task (``label_names``, index = label id), whatever the source wrote
 (ints, bools or names); ``label_words`` follow the same order.
 """
@@ -48,6 +51,30 @@ class TaskSpec:
     package_reader: Callable[[TaskSpec], ClassificationData] | None = None
     local_hint: str = ""  # where to get the files for task.data_dir
     train_optional: bool = False  # a local folder with only the held-out file is usable
+    # A raw row of a local file → the examples it holds (MultiRC: a paragraph → one row per
+    # answer option); None: a row is one example.
+    expand: Callable[[dict], list[dict]] | None = None
+
+
+def boolq_prompt(row: dict) -> str:
+    """MeZO's ``BoolQTemplateV3``: the question capitalised and ending in "?"."""
+    question = row["question"]
+    if not question.endswith("?"):
+        question = question + "?"
+    question = question[0].upper() + question[1:]
+    return f"{row['passage']} {question}\n"
+
+
+def multirc_answers(raw: dict) -> list[dict]:
+    """A SuperGLUE MultiRC paragraph (``passage: {text, questions: [{question, answers:
+    [{text, label}]}]}``) as one example per answer option, the hub's columns: paragraph,
+    question, answer, label."""
+    passage = raw.get("passage")
+    if not isinstance(passage, dict) or "questions" not in passage:
+        return [raw]  # already one row per answer (the hub's layout): read as it is
+    return [{"paragraph": passage["text"], "question": q["question"], "answer": a["text"],
+             "label": a["label"]}
+            for q in passage["questions"] for a in q["answers"]]
 
 
 CATALOG: dict[str, TaskSpec] = {
@@ -79,11 +106,34 @@ CATALOG: dict[str, TaskSpec] = {
     "boolq": TaskSpec(
         fields=("question", "passage"),
         label_names=("False", "True"),
-        prompt=lambda r: f"{r['passage']} {r['question']}?",
-        label_words=(" No", " Yes"),
+        prompt=boolq_prompt,
+        label_words=("No", "Yes"),
         hub=(("super_glue", "boolq"), ("aps/super_glue", "boolq")),
         local_hint="download SuperGLUE BoolQ (val.jsonl, optionally train.jsonl)",
         train_optional=True,
+    ),
+    # SuperGLUE WiC; the JSONL label is a JSON bool (False → 0: a different meaning).
+    # MeZO's WICTemplate, verbalizer {0: "No", 1: "Yes"}.
+    "wic": TaskSpec(
+        fields=("word", "sentence1", "sentence2"),
+        label_names=("False", "True"),
+        prompt=lambda r: f'Does the word "{r["word"]}" have the same meaning in these two '
+                         f'sentences? Yes, No?\n{r["sentence1"]}\n{r["sentence2"]}\n',
+        label_words=("No", "Yes"),
+        hub=(("super_glue", "wic"), ("aps/super_glue", "wic")),
+        local_hint="download SuperGLUE WiC (train.jsonl, val.jsonl)",
+    ),
+    # SuperGLUE MultiRC at the answer level (each answer option an example, as the hub
+    # and MeZO read it); MeZO's MultiRCTemplate, verbalizer {0: "No", 1: "Yes"}.
+    "multirc": TaskSpec(
+        fields=("paragraph", "question", "answer"),
+        label_names=("False", "True"),
+        prompt=lambda r: f'{r["paragraph"]}\nQuestion: {r["question"]}\nI found this answer '
+                         f'"{r["answer"]}". Is that correct? Yes or No?\n',
+        label_words=("No", "Yes"),
+        hub=(("super_glue", "multirc"), ("aps/super_glue", "multirc")),
+        local_hint="download SuperGLUE MultiRC (train.jsonl, val.jsonl: one paragraph a row)",
+        expand=multirc_answers,
     ),
     # Rotten Tomatoes snippets: 0 = rotten (negative), 1 = fresh (positive); SST-2's template.
     "rotten_tomatoes": TaskSpec(
@@ -117,4 +167,4 @@ CATALOG: dict[str, TaskSpec] = {
     ),
 }
 
-CLASSIFICATION_TASKS = tuple(CATALOG)  # sst2, rte, boolq, rotten_tomatoes, bbc_news
+CLASSIFICATION_TASKS = tuple(CATALOG)  # sst2, rte, boolq, wic, multirc, rotten_tomatoes, bbc_news

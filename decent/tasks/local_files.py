@@ -85,7 +85,8 @@ def read_jsonl(path: Path, name: str, spec: TaskSpec) -> list[dict]:
             except json.JSONDecodeError as exc:
                 raise ConfigError("task.data_dir", f"{where} is not valid JSON ({exc.msg})") \
                     from None
-            rows.append(normalise_row(raw, name, spec, where))
+            for one in (spec.expand(raw) if spec.expand and isinstance(raw, dict) else [raw]):
+                rows.append(normalise_row(one, name, spec, where))
     if not rows:
         raise ConfigError("task.data_dir", f"{path} has no rows")
     return rows

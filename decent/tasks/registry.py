@@ -17,5 +17,5 @@ TASKS.register("cifar10", Cifar10Config, Cifar10Task)
 TASKS.register("lm", LanguageModelingConfig, LanguageModelingTask)
 TASKS.register("linear_regression", LinearRegressionConfig, LinearRegressionTask)
 TASKS.register("preference", PreferenceConfig, PreferenceTask)
-for _name in CLASSIFICATION_TASKS:  # sst2, rte, boolq, rotten_tomatoes, bbc_news
+for _name in CLASSIFICATION_TASKS:  # every prompted classification task of the catalog
     TASKS.register(_name, PromptedConfig, PromptedTask)
