@@ -63,6 +63,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 TARGET_MODES = ("auto", "max", "min")
+SELECTIONS = ("none", "val_loss")
 
 
 @dataclass
@@ -96,6 +97,10 @@ class EvalConfig:
     # the averaged model (gmp_*) and the per-client metrics over the honest clients only,
     # faults.byzantine left out (the robust-learning literature's figure)
     honest_only: bool = False
+    # val_loss: each evaluation also scores the averaged model on the task's validation
+    # split (val_loss, val_accuracy), and the summary reports the evaluation of lowest
+    # val_loss and its test figures (selected_*): the MeZO/SeedFlood protocol's checkpoint
+    select: str = one_of(SELECTIONS, "none")
 
 
 @dataclass
@@ -322,6 +327,10 @@ def from_layers(*layers: Any) -> RunConfig:
     cfg.model = MODELS.config(_section(cfg.model, "model"))
     check_execution(cfg, STRATEGIES.entry(cfg.strategy.name).build)
     check_omniscient(cfg)
+    if cfg.eval.select != "none" and not getattr(cfg.task, "num_val", 0):
+        raise ConfigError("eval.select", f"{cfg.eval.select} scores a validation split, and "
+                          f"task {cfg.task.name} has none here: use a prompted task with "
+                          "task.num_val > 0, or eval.select none")
     return cfg
 
 

@@ -61,6 +61,8 @@ def combine(reports: list[dict[str, Any]]) -> dict[str, float]:
         per_client.update(report["client"])
         if "gmp" in report:
             metrics.update({f"gmp_{k}": v for k, v in report["gmp"].items()})
+        if "gmp_val" in report:  # the averaged model on the validation split
+            metrics.update({f"val_{k}": v for k, v in report["gmp_val"].items()})
     dists = [sq_dist[c] for c in sorted(sq_dist)]
     metrics["consensus_distance"] = float(sum(dists) / len(dists))
     for key in sorted({k for m in per_client.values() for k in m}):

@@ -295,6 +295,8 @@ class ClientGroup:
         if gmp:
             self.strategy.load_state_vector(self.probe, mean)
             out["gmp"] = self.task.evaluate(self.base_model, self.device)
+            if self.cfg.eval.select != "none":  # the split the run selects on
+                out["gmp_val"] = self.task.validate(self.base_model, self.device)
         return out
 
     def client_vectors(self) -> dict[int, np.ndarray]:

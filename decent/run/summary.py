@@ -75,6 +75,12 @@ def summarize_rows(cfg: RunConfig, rows: list[dict[str, Any]], wall: float, run_
         summary["rounds_to_target"] = None if hit is None else hit["round"] + 1
     if "loss" in rows[-1]:
         summary["final_loss"] = rows[-1]["loss"]
+    scored = [r for r in rows if "val_loss" in r]
+    if scored:  # eval.select: the evaluation of lowest validation loss, the first on a tie
+        chosen = min(scored, key=lambda r: r["val_loss"])
+        summary["selected_round"] = chosen["round"]
+        summary.update({f"selected_{k}": v for k, v in chosen.items()
+                        if k.startswith(("gmp_", "val_"))})
     spent = [r["dp_epsilon"] for r in rows if "dp_epsilon" in r]
     if spent:
         # a round's figure is the largest ε of the workers that released in it, and each

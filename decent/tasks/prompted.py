@@ -176,6 +176,7 @@ class PromptedTask(Task):
         self.label_ids = torch.tensor(label_ids)
         self.train = self.encode(train)
         self.held_out = self.encode(test if cfg.eval_split == "test" else val)
+        self.val = self.encode(val)
 
     def encode(self, rows: list[dict]) -> TokenizedData:
         """Tokenize prompts once (BOS if the tokenizer adds one, prompt, shared suffix)."""
@@ -225,10 +226,19 @@ class PromptedTask(Task):
         ids, mask, y = batch
         return F.cross_entropy(self.class_logits(model, ids, mask), y, reduction="none")
 
-    @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        return self.score(model, device, self.held_out)
+
+    def validate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        return {k: v for k, v in self.score(model, device, self.val).items()
+                if k in ("accuracy", "loss")}
+
+    @torch.no_grad()
+    def score(self, model: torch.nn.Module, device: torch.device,
+              data: TokenizedData) -> dict[str, float]:
+        """The metrics of ``model`` over ``data`` (the held-out split, or validation)."""
         model.eval()
-        data, bs = self.held_out, self.cfg.eval_batch_size
+        bs = self.cfg.eval_batch_size
         correct, loss_sum, margins = 0, 0.0, []
         for start in range(0, len(data), bs):
             ids, mask, y = data.rows(torch.arange(start, min(start + bs, len(data))))

@@ -83,7 +83,7 @@ def _report(args: argparse.Namespace) -> int:
 
     by = None if args.by is None else [k for k in args.by.split(",") if k]
     folder = make_report(args.paths, args.metric, by, args.out, args.columns, args.paired,
-                         args.at, args.facet, args.color, args.style)
+                         args.at, args.facet, args.color, args.style, args.select)
     print(f"report: {folder / 'report.md'}")
     return 0
 
@@ -238,6 +238,10 @@ def parser() -> argparse.ArgumentParser:
                    "this config key (default: every series its own colour and line style)")
     o.add_argument("--style", metavar="KEY", help="plots: line style and marker by the value "
                    "of this config key")
+    o.add_argument("--select", choices=("val_loss",), help="add a table that chooses, in "
+                   "each --by group, the configuration of lowest mean validation loss (runs "
+                   "made with eval.select=val_loss) and reports its test metric at each "
+                   "run's selected checkpoint")
     o.add_argument("--out", help="output folder (default: <path>/report)")
     o.set_defaults(func=_report)
     c = command("resume", help="continue a stopped run from its last checkpoint")

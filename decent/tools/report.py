@@ -22,6 +22,7 @@ from decent.core.errors import ConfigError
 from decent.tools.report_edges import plot_edges
 from decent.tools.report_paired import AT, paired
 from decent.tools.report_plots import plot_metric
+from decent.tools.report_select import selection_table
 from decent.tools.report_tables import in_order, label, pivot, table
 from decent.tools.run_records import Run, find_runs, varying_keys
 
@@ -29,7 +30,8 @@ from decent.tools.run_records import Run, find_runs, varying_keys
 def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None = None,
            out: str | None = None, columns: str | None = None,
            pairs: list[str] | None = None, at: str = "final", facet: str | None = None,
-           color: str | None = None, style: str | None = None) -> Path:
+           color: str | None = None, style: str | None = None,
+           select: str | None = None) -> Path:
     """``metric`` may list several, comma-separated: the first is compared (final, best,
     plots), the others add a column of their final values. ``columns``: a config key whose
     values become the columns of a second table of the final metric (the rows: the
@@ -37,7 +39,9 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     KEY=A,B, each a table of per-seed differences (:func:`.report_paired.paired`)
     compared ``at`` the end or at equal bytes / simulated time. ``facet``, ``color``,
     ``style``: config keys whose values give the plots' panels, colours and line styles
-    (a key that is not among the ``by`` keys splits the plotted series by it too)."""
+    (a key that is not among the ``by`` keys splits the plotted series by it too).
+    ``select``: ``val_loss`` adds the table of :mod:`.report_select` (each group's
+    configuration chosen on validation, its test figure)."""
     if at not in AT:
         raise ConfigError("--at", f"choose one of: {', '.join(AT)} (got {at!r})")
     metric, *also = [m.strip() for m in metric.split(",") if m.strip()] or [""]
@@ -79,6 +83,8 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
         for rs in groups.values())}
     shown = [k for k in plot_keys if k != facet and k not in same]
     paired_tables = [paired(runs, keys, spec, metric, at) for spec in pairs or []]
+    if select:  # refused before anything is written
+        selection_table(groups, keys, metric, select)
     folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1
                                     else Path("report"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,6 +95,8 @@ def report(paths: list[str], metric: str = "gmp_accuracy", by: list[str] | None 
     if columns:
         text.append(pivot(runs, keys[:-1], columns, metric))
     text.extend(paired_tables)
+    if select:
+        text.append(selection_table(groups, keys, metric, select))
     for x, log_x, name in (("bytes_total", True, "vs_bytes"), ("round", False, "vs_rounds"),
                            ("sim_time_total_s", False, "vs_sim_time")):
         png = f"{metric}_{name}.png"
