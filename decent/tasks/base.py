@@ -115,13 +115,13 @@ class Task(ABC):
         into each client's loss. Tasks without it run such clients one at a time."""
         raise NotImplementedError
 
-    @property
     def validate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """The model's loss and accuracy on the task's validation split (``eval.select``);
         a task without one says so (the config refuses the selection before a run)."""
         raise ConfigError("eval.select", f"task {type(self).__name__} has no validation "
                           "split to select on")
 
+    @property
     def splits_losses(self) -> bool:
         return type(self).example_losses is not Task.example_losses
 
