@@ -67,6 +67,8 @@ def static_problem(cfg: Any, strategy: Any) -> str | None:
     router = getattr(cfg.strategy, "router_loss", None)
     if (router is not None and router.active) or getattr(cfg.strategy, "logit_z_loss", 0) > 0:
         return "the router and logit z-loss terms are taken one client at a time"
+    if cfg.task.name == "record":
+        return "ReCoRD's candidates are scored one client at a time"
     return None
 
 

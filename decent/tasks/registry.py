@@ -10,6 +10,7 @@ from decent.tasks.language_modeling import LanguageModelingConfig, LanguageModel
 from decent.tasks.linear_regression import LinearRegressionConfig, LinearRegressionTask
 from decent.tasks.preference import PreferenceConfig, PreferenceTask
 from decent.tasks.prompted import PromptedConfig, PromptedTask
+from decent.tasks.record import RecordConfig, RecordTask
 
 TASKS = Registry("task")
 TASKS.register("digits", DigitsConfig, DigitsTask)
@@ -17,5 +18,6 @@ TASKS.register("cifar10", Cifar10Config, Cifar10Task)
 TASKS.register("lm", LanguageModelingConfig, LanguageModelingTask)
 TASKS.register("linear_regression", LinearRegressionConfig, LinearRegressionTask)
 TASKS.register("preference", PreferenceConfig, PreferenceTask)
+TASKS.register("record", RecordConfig, RecordTask)
 for _name in CLASSIFICATION_TASKS:  # every prompted classification task of the catalog
     TASKS.register(_name, PromptedConfig, PromptedTask)
