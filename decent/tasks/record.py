@@ -39,20 +39,24 @@ from decent.core.errors import ConfigError
 from decent.core.schema import at_least, one_of, text
 from decent.tasks.base import ClientData, Task
 from decent.tasks.partition import partition
+from decent.tasks.prompted import SAMPLINGS
 
-RECORD_SOURCES = ("local", "hub")
+RECORD_SOURCES = ("auto", "local", "hub")
 
 
 @dataclass
 class RecordConfig:
     name: str = text("record", nullable=False)  # the task: record
-    source: str = one_of(RECORD_SOURCES, "local")  # local: task.data_dir; hub: super_glue
+    # local: task.data_dir; hub: super_glue/record; auto: local where data_dir is set
+    source: str = one_of(RECORD_SOURCES, "auto")
     data_dir: str | None = text()  # a folder holding record/train.jsonl and val.jsonl
     num_train: int = at_least(1, 1024)  # training queries, partitioned across clients
     num_val: int = at_least(0, 500)  # validation queries (from the train file)
     num_test: int = at_least(1, 1000)  # test queries (from the val file)
     max_length: int = at_least(8, 256)  # tokens of context + option; the passage is cut
     eval_batch_size: int = at_least(1, 4)  # queries per evaluation batch
+    # how a client's batches are drawn: replacement, or epoch (each query once an epoch)
+    sampling: str = one_of(SAMPLINGS, "replacement")
 
 
 def entity_texts(text_: str, spans: list[dict]) -> list[str]:
@@ -86,15 +90,15 @@ def read_record(path: Path) -> list[dict]:
 
 def load_rows(cfg: RecordConfig) -> tuple[list[dict], list[dict]]:
     """(train rows, held-out rows)."""
-    if cfg.source == "hub":
+    if cfg.source == "hub" or (cfg.source == "auto" and cfg.data_dir is None):
         from datasets import load_dataset
 
         data = load_dataset("super_glue", "record")
         return ([dict(r) for r in data["train"]], [dict(r) for r in data["validation"]])
     if cfg.data_dir is None:
-        raise ConfigError("task.data_dir", "record reads the official SuperGLUE files: set "
-                          "task.data_dir to a folder with record/train.jsonl and val.jsonl "
-                          "(or task.source=hub)")
+        raise ConfigError("task.data_dir", "task.source local reads the official SuperGLUE "
+                          "files: set task.data_dir to a folder with record/train.jsonl and "
+                          "val.jsonl (or task.source=hub)")
     folder = Path(cfg.data_dir) / "record"
     files = [folder / "train.jsonl", folder / "val.jsonl"]
     missing = [f for f in files if not f.is_file()]
@@ -208,9 +212,13 @@ class RecordTask(Task):
     def client_data(self, holders: list[int], device: torch.device) -> dict[int, ClientData]:
         parts = partition(self.train.y.numpy(), len(holders), "iid", 1.0, self.seed)
         data = self.train
-        return {cid: CandidateData(*(t[torch.from_numpy(idx)].to(device) for t in (
-            data.x, data.y, data.lengths, data.options, data.gold)))  # type: ignore[union-attr]
-            for cid, idx in zip(holders, parts, strict=True)}
+        out: dict[int, ClientData] = {}
+        for cid, idx in zip(holders, parts, strict=True):
+            shard = CandidateData(*(t[torch.from_numpy(idx)].to(device) for t in (
+                data.x, data.y, data.lengths, data.options, data.gold)))  # type: ignore[union-attr]
+            shard.sampling = self.cfg.sampling
+            out[cid] = shard
+        return out
 
     def scores(self, model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor,
                options: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,9 @@
 # grid (a ring of 16, SST-2, the first lr of each grid) at 1/50 of its iterations, with
 # the random test model tiny-opt instead of OPT-125M and SST-2 from a local folder; 3
 # seeds. It checks that each sweep runs end to end and measures its bytes; a random model
-# classifies at chance, so its accuracy says nothing about the methods. Run from the
+# classifies at chance, so its accuracy says nothing about the methods. The committed records
+# were made with batches drawn with replacement and no validation selection, as set below.
+# Run from the
 # repository root with the virtual environment active:
 #   bash experiments/seedflood/table2/cpu_slice.sh [DATA_DIR]   (default ../shared/data)
 set -euo pipefail
@@ -12,7 +14,8 @@ data="$(cd "${1:-../shared/data}" && pwd)"
 out="${OUT_DIR:-runs/table2-slice}"
 slice() {  # method, rounds, lr
   decent sweep "$here/$1.yaml" backend=local ray.num_gpus_per_actor=0 model.path=tiny-opt \
-      task.data_dir="$data" rounds="$2" eval.every="$2" --seeds 3 --dir "$out/$1" \
+      task.data_dir="$data" rounds="$2" eval.every="$2" task.sampling=replacement \
+      eval.select=none --seeds 3 --dir "$out/$1" \
       --grid topology.name=ring topology.n=16 task.name=sst2 strategy.lr="$3" > /dev/null
 }
 slice seedflood 100 1e-5
