@@ -38,7 +38,6 @@ from decent.core.schema import (
     Check,
     at_least,
     check_bools,
-    number,
     one_of,
     section_default,
     seed_field,
@@ -46,6 +45,7 @@ from decent.core.schema import (
     validate_fields,
 )
 from decent.engine.compute import ComputeConfig
+from decent.engine.eval_config import EvalConfig, check_selection
 from decent.engine.execution import ExecutionConfig, check_execution
 from decent.engine.imports import import_plugins
 from decent.engine.overrides import delete_key, drop_foreign_fields, take_components
@@ -62,45 +62,12 @@ DEVICES = ("auto", "cpu", "cuda")
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
-TARGET_MODES = ("auto", "max", "min")
-SELECTIONS = ("none", "val_loss")
-
-
 @dataclass
 class CheckpointConfig:
     every: int = at_least(0, 0)  # rounds between checkpoints; 0 = none
     # committed checkpoints kept (the newest ones): `decent resume --from-previous` goes
     # back to an older one when the newest is damaged
     keep: int = at_least(1, 2)
-
-
-@dataclass
-class TargetConfig:
-    """A value of an evaluated metric to reach: the summary reports when it first is."""
-
-    metric: str | None = text()  # e.g. gmp_accuracy; None: no target
-    value: float = number(0.0)  # the value of `metric` to reach
-    # max: reached when metric ≥ value; min: when ≤; auto: min for losses, perplexities and
-    # distances, max otherwise
-    mode: str = one_of(TARGET_MODES, "auto")
-
-
-@dataclass
-class EvalConfig:
-    every: int = at_least(0, 5)  # evaluate every k rounds (and after the last); 0 = at the end
-    per_client: bool = True  # also each client's own accuracy (costs n evaluations)
-    # also the starting model, before round 0: the summary's initial_<metric> (a zero-shot
-    # baseline measured on the run's own test set)
-    initial: bool = False
-    # a metric value to reach: the summary reports when it first was
-    target: TargetConfig = field(default_factory=TargetConfig)
-    # the averaged model (gmp_*) and the per-client metrics over the honest clients only,
-    # faults.byzantine left out (the robust-learning literature's figure)
-    honest_only: bool = False
-    # val_loss: each evaluation also scores the averaged model on the task's validation
-    # split (val_loss, val_accuracy), and the summary reports the evaluation of lowest
-    # val_loss and its test figures (selected_*): the MeZO/SeedFlood protocol's checkpoint
-    select: str = one_of(SELECTIONS, "none")
 
 
 @dataclass
@@ -327,10 +294,7 @@ def from_layers(*layers: Any) -> RunConfig:
     cfg.model = MODELS.config(_section(cfg.model, "model"))
     check_execution(cfg, STRATEGIES.entry(cfg.strategy.name).build)
     check_omniscient(cfg)
-    if cfg.eval.select != "none" and not getattr(cfg.task, "num_val", 0):
-        raise ConfigError("eval.select", f"{cfg.eval.select} scores a validation split, and "
-                          f"task {cfg.task.name} has none here: use a prompted task with "
-                          "task.num_val > 0, or eval.select none")
+    check_selection(cfg)
     return cfg
 
 
