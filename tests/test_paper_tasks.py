@@ -138,3 +138,20 @@ def test_a_checkpoint_keeps_where_each_client_is_in_its_epoch(tmp_path):
     for cid, c in group.clients.items():
         torch.testing.assert_close(other.clients[cid].data.draw(300, other.clients[cid].generator),
                                    c.data.draw(300, c.generator), rtol=0, atol=0)
+
+
+def test_what_a_task_answers_of_itself_is_a_value_not_a_method():
+    """``splits_losses`` is read as a flag by batched execution (a bound method would be
+    truthy for every task): it is a property, True exactly where a task splits its loss."""
+    from decent.tasks.base import Task
+    from decent.tasks.prompted import PromptedTask
+    from decent.tasks.record import RecordTask
+    from decent.tasks.registry import TASKS
+
+    assert isinstance(Task.__dict__["splits_losses"], property)
+    for name in TASKS.names:
+        cls = TASKS.entry(name).build
+        answer = Task.splits_losses.fget(cls.__new__(cls))
+        assert answer is (cls.example_losses is not Task.example_losses), name
+    assert Task.splits_losses.fget(PromptedTask.__new__(PromptedTask)) is True
+    assert Task.splits_losses.fget(RecordTask.__new__(RecordTask)) is False
