@@ -26,6 +26,16 @@ def mlp_config(tmp_path, compile_: bool):
                           execution={"mode": "batched", "compile": compile_}))
 
 
+@pytest.fixture(autouse=True)
+def one_compile_thread():
+    """Inductor compiles in this process: by default it starts a pool of compile workers,
+    one a CPU, which would take the cores from the tests running beside this one."""
+    from torch._inductor import config
+
+    with config.patch(compile_threads=1):
+        yield
+
+
 def counting(into: list[int], inner):
     """A torch.compile backend that counts the graphs it is given and hands them on."""
     def backend(gm, example_inputs):
