@@ -1,7 +1,8 @@
 """Peak memory of SeedFlood (SubCGE, rank 64) with many SmolLM2-135M clients on one machine.
 
 Clients hosted in one process share SmolLM2's frozen weights; each holds only its r×r
-buffers (210 Linear layers × 64 × 64 floats = 3.4 MB) and its 1-D tensors (0.14 MB).
+buffers (211 2-D layers × 64 × 64 floats = 3.5 MB; 210 with layers: linear) and its
+1-D tensors (0.14 MB).
 Naively 128 replicas would need 128 × 540 MB = 69 GB. Each configuration runs a few
 iterations of SeedFlood on Rotten Tomatoes (batch 2, short prompts: memory, not accuracy)
 in a fresh subprocess; the peak memory of its whole process tree (driver, Ray daemons and

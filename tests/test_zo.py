@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from decent.models.label_logits import label_word_logits
 from decent.models.tiny import build_tiny
 from decent.zo import mezo, subcge
 
@@ -58,15 +59,50 @@ def dense_copy(model, basis, A):
     return other
 
 
-def test_hooks_equal_materialised_low_rank_weights(llama):
-    basis = subcge.SubspaceBasis(llama, rank=4, seed=1)
-    assert basis.num_layers == 2 * 7  # q, k, v, o, gate, up, down per layer; head excluded
-    A = torch.randn(basis.num_layers, 4, 4, generator=torch.Generator().manual_seed(2))
-    dense = dense_copy(llama, basis, A)
+# the targets of each layer set: every 2-D layer (Algorithm 1) or every Linear but the head
+TARGETS = {
+    ("tiny-llama", "all_2d"): 1 + 2 * 7,  # the embedding (the head tied to it) + 7 per block
+    ("tiny-llama", "linear"): 2 * 7,  # q, k, v, o, gate, up, down per block
+    ("tiny-opt", "all_2d"): 2 + 2 * 6,  # tokens and learned positions + q, k, v, out, fc1, fc2
+    ("tiny-opt", "linear"): 2 * 6,
+}
+
+
+@pytest.mark.parametrize(("path", "layers"), sorted(TARGETS),
+                         ids=[f"{p}-{s}" for p, s in sorted(TARGETS)])
+def test_hooks_equal_materialised_low_rank_weights(path, layers):
+    """Every target's hook (a Linear's, an embedding's, a tied head's) adds exactly what
+    W + U A Vᵀ folded into the weights gives, on the full logits and on the label-word
+    logits classification reads (which take the head's rows directly when nothing hooks
+    it)."""
+    torch.manual_seed(0)
+    model = build_tiny(path)
+    basis = subcge.SubspaceBasis(model, rank=4, seed=1, layers=layers)
+    assert basis.num_layers == TARGETS[path, layers]
+    embedded = [n for n in basis.names
+                if isinstance(model.get_submodule(n), torch.nn.Embedding)]
+    assert bool(embedded) == (layers == "all_2d")
+    # a perturbation that moves the logits by ~10 (at 10× this, logits of ~100 differ in
+    # their last bits by more than the tolerance)
+    A = 0.1 * torch.randn(basis.num_layers, 4, 4, generator=torch.Generator().manual_seed(2))
+    dense = dense_copy(model, basis, A)
     state = subcge.SubCGEState(A.clone())
-    subcge.attach(llama, basis, state)
+    subcge.attach(model, basis, state)
     ids = torch.randint(250, (2, 12), generator=torch.Generator().manual_seed(3))
-    torch.testing.assert_close(llama(input_ids=ids).logits, dense(input_ids=ids).logits,
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0  # a padded row: OPT's positions come from the mask
+    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                               dense(input_ids=ids, attention_mask=mask).logits,
+                               rtol=1e-4, atol=1e-4)
+    words = torch.tensor([5, 77, 200])
+    torch.testing.assert_close(label_word_logits(model, ids, mask, words),
+                               label_word_logits(dense, ids, mask, words),
+                               rtol=1e-4, atol=1e-4)
+    # the folded weights with A back at zero are the hooked model too
+    state.A.zero_()
+    basis.fold(model, A)
+    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                               dense(input_ids=ids, attention_mask=mask).logits,
                                rtol=1e-4, atol=1e-4)
 
 

@@ -4,7 +4,9 @@ code it names runs only when trusted."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from decent.core.errors import ConfigError
 from decent.engine.config import RunConfig, from_dict, read_yaml
@@ -29,4 +31,24 @@ def load_saved_config(path: str | Path, trust_imports: bool = False) -> RunConfi
                           "you did not write runs no code without it)")
     import_plugins(imports)
     prune_saved(data)
+    fill_fields_added_since(data)
     return from_dict(data)
+
+
+# Fields added after records were kept, whose default is not what the code did before
+# them: (section, which of its parts the field belongs to, field, the value the code
+# behaved as). A saved config holds every field of its time, so one without the field
+# was made before it, that way; filling it in keeps an old record re-running (and
+# resuming) as it was made.
+ADDED_SINCE: tuple[tuple[str, Callable[[dict[str, Any]], bool], str, Any], ...] = (
+    # SubCGE covered every Linear but the head before all_2d (Algorithm 1's) was the default
+    ("strategy", lambda part: part.get("name") == "seedflood"
+     and part.get("estimator", "subcge") == "subcge", "layers", "linear"),
+)
+
+
+def fill_fields_added_since(data: dict[str, Any]) -> None:
+    for section, applies, key, before in ADDED_SINCE:
+        part = data.get(section)
+        if isinstance(part, dict) and key not in part and applies(part):
+            part[key] = before

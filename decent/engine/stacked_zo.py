@@ -8,7 +8,9 @@ Two ways, by model:
   a process share every weight W and the basis U, V; each owns A (L×r×r) and its 1-D
   tensors. The clients' batches go through ONE model (the first request's, its own SubCGE
   hooks set aside) as one batch, and hooks add each client's ``((x_c V)(A_c+δ_c)ᵀ)Uᵀ`` to
-  its row block (``bmm``), as ``stacked_lora`` does for LoRA. The 1-D tensors are applied
+  its row block (``bmm``), as ``stacked_lora`` does for LoRA; an embedding adds each
+  client's ``(U[ids] (A_c+δ_c)) Vᵀ`` to its rows, and a head tied to it that embedding's
+  term in the Linear form (``subcge.attach``'s terms, per row). The 1-D tensors are applied
   per row at their module's output: a norm's weight as a scale and a bias as a shift
   (Llama RMSNorm ``weight * h``; OPT's LayerNorm ``weight * ĥ + bias``; a Linear's bias).
   The module runs with the neutral tensor (ones, zeros) and each client's (perturbed)
@@ -215,6 +217,17 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
             return out + low.reshape(out.shape)
         return hook
 
+    def low_rank_rows(ell: int) -> Any:
+        """An embedding's: each client's looked-up rows of U (A_c + δ_c) Vᵀ."""
+        U, V = Us[ell], Vs[ell]
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict,
+                 out: torch.Tensor) -> torch.Tensor:
+            a = current["a"][:, ell]
+            ua = U[subcge.embedding_indices(module, args, kwargs)].reshape(rows, -1, U.shape[1])
+            return out + (torch.bmm(ua, a) @ V.T).reshape(out.shape)
+        return hook
+
     def per_row(k: int, role: str | None) -> Any:
         def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
             t = current["w"][k][:, None, :]  # rows × 1 × hidden: each client's own rows
@@ -230,8 +243,15 @@ def subcge_hooked(requests: list[EstimateRequest]) -> tuple[torch.Tensor, torch.
                             requires_grad=False)
                for t, (_, _, role) in zip(live, one_d, strict=True)]
     losses = []
-    with HooksAside(list({id(m): m for m in targets + owners}.values())):
-        handles = [m.register_forward_hook(low_rank(ell)) for ell, m in enumerate(targets)]
+    # a head tied to a target embedding adds that embedding's term in the Linear form
+    tied = subcge.tied_head(model, basis)
+    heads = [tied[0]] if tied is not None else []
+    with HooksAside(list({id(m): m for m in targets + owners + heads}.values())):
+        handles = [m.register_forward_hook(low_rank_rows(ell), with_kwargs=True)
+                   if isinstance(m, nn.Embedding) else m.register_forward_hook(low_rank(ell))
+                   for ell, m in enumerate(targets)]
+        if tied is not None:
+            handles.append(tied[0].register_forward_hook(low_rank(tied[1])))
         handles += [m.register_forward_hook(per_row(k, role))
                     for k, (m, _, role) in enumerate(one_d)]
         try:

@@ -8,6 +8,7 @@ projection avoids the full-vocabulary head, the expensive part of a small model 
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -15,6 +16,10 @@ from torch import nn
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+# output heads whose forward a hook adds to (SubCGE's low-rank term on a head tied to the
+# embeddings): for them the weight's rows alone are not the map, the forward is
+OUTPUT_HOOKED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -67,7 +72,9 @@ def label_word_logits(
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     h = hidden[rows, last_positions(attention_mask)]
     head = _unwrap(model).get_output_embeddings()
-    if hasattr(head, "base_layer"):  # LoRA on the head itself: its weight alone is not the map
+    # LoRA on the head itself, or a hook adding to its output: its weight alone is not the
+    # map (one position per row through the whole head: a small part of the forward)
+    if hasattr(head, "base_layer") or head in OUTPUT_HOOKED:
         return head(h)[:, token_ids]
     bias = head.bias[token_ids] if getattr(head, "bias", None) is not None else None
     return nn.functional.linear(h, head.weight[token_ids], bias)

@@ -60,6 +60,7 @@ from decent.strategies.phases import phase
 from decent.strategies.zo_estimate import zo_estimate
 from decent.zo.estimators import DenseMeZO, Replica, SubCGE, Update
 from decent.zo.seeds import draw_seed
+from decent.zo.subcge import LAYER_SETS
 
 ESTIMATORS = ("subcge", "mezo")
 
@@ -73,6 +74,9 @@ class SeedFloodConfig(StrategyConfig):
     # subcge: SubCGE's low-rank perturbations; mezo: dense Gaussian ones
     estimator: str = one_of(ESTIMATORS, "subcge")
     rank: int = at_least(1, 64)  # SubCGE rank r (paper: 64 for OPT-125M, 32 for OPT-1.3B)
+    # SubCGE's weights: all_2d every 2-D layer (Algorithm 1; embeddings, a head tied to them
+    # with them), linear every Linear but the head (embeddings and head frozen)
+    layers: str = one_of(LAYER_SETS, "all_2d")
     refresh_every: int = at_least(0, 0)  # τ: 0 = never (the paper's OPT-125M τ = 5000)
     subspace_seed: int = seed_field(0)  # s_glob
     # k flooding sends per iteration; 0 = the graph's diameter D (more than D: clamped to D)
@@ -81,6 +85,12 @@ class SeedFloodConfig(StrategyConfig):
 
     def examples_per_step(self) -> int:
         return self.batch_size
+
+    def validate(self, prefix: str = "strategy") -> None:
+        if self.estimator == "mezo" and self.layers != "all_2d":
+            raise ConfigError(f"{prefix}.layers", f"{self.layers} chooses SubCGE's weights; "
+                              "estimator mezo perturbs every trainable tensor: leave layers "
+                              "at all_2d or use estimator subcge")
 
 
 @storable
@@ -192,7 +202,8 @@ class SeedFlood(Strategy[SeedFloodState]):
     # ------------------------------------------------------------------ set-up
     def init_process(self, model: torch.nn.Module) -> SeedFloodProcess:
         cfg = self.cfg
-        estimator = SubCGE(cfg.rank, cfg.subspace_seed) if cfg.estimator == "subcge" \
+        estimator = SubCGE(cfg.rank, cfg.subspace_seed, cfg.layers) \
+            if cfg.estimator == "subcge" \
             else DenseMeZO()
         estimator.prepare_base(model)
         return SeedFloodProcess(estimator)

@@ -131,13 +131,14 @@ class InPlaceMeZO(DenseMeZO):
         return mezo.two_point(replica.tensors, loss_fn, seed, eps)
 
 
-@storable(fields=('rank', 'seed', 'basis', 'anchor_1d'))
+@storable(fields=('rank', 'seed', 'layers', 'basis', 'anchor_1d'))
 class SubCGE:
     """One instance per process: holds the shared basis (U, V) and the shared weights."""
 
-    def __init__(self, rank: int, seed: int) -> None:
+    def __init__(self, rank: int, seed: int, layers: str = "all_2d") -> None:
         self.rank = rank
         self.seed = seed
+        self.layers = layers  # which weights the basis covers (subcge.LAYER_SETS)
         self.basis: subcge.SubspaceBasis | None = None
         # the 1-D tensors every replica held after the last refresh (at first: the
         # initial model's), from which refresh rebuilds them canonically
@@ -147,7 +148,7 @@ class SubCGE:
         """Freeze every tensor, so all replicas made from ``model`` share them; the 1-D
         tensors are then made private per replica in :meth:`init_replica`."""
         model.requires_grad_(False)
-        self.basis = subcge.SubspaceBasis(model, self.rank, self.seed)
+        self.basis = subcge.SubspaceBasis(model, self.rank, self.seed, layers=self.layers)
         self.anchor_1d = [p.detach().clone() for _, p in subcge.one_d_tensors(model)]
 
     def init_replica(self, model: nn.Module) -> subcge.SubCGEState:
@@ -160,6 +161,10 @@ class SubCGE:
         # a replica made by deepcopy carries its origin's hooks: start from none
         for name in self.basis.names:
             model.get_submodule(name)._forward_hooks.clear()
+            model.get_submodule(name)._forward_hooks_with_kwargs.clear()
+        tied = subcge.tied_head(model, self.basis)
+        if tied is not None:
+            tied[0]._forward_hooks.clear()
         L, r = self.basis.num_layers, self.basis.rank
         state = subcge.SubCGEState(torch.zeros(L, r, r, device=self.basis.U[0].device),
                                    one_d=[p for _, p in subcge.one_d_tensors(model)])

@@ -1,10 +1,20 @@
 """SubCGE: zeroth-order estimates in a shared low-rank subspace (SeedFlood paper, §3.4 and
 Appendix A).
 
-Every target weight W_ℓ (out×in, of an ``nn.Linear``) gets ``U_ℓ`` (out×r) and ``V_ℓ``
-(in×r) with N(0, 1) entries drawn from the global seed — the same on every client. A
-client's model is ``W_ℓ + U_ℓ A_ℓ V_ℓᵀ`` with a private r×r buffer ``A_ℓ``, applied in the
-forward pass as ``y += ((x V_ℓ) A_ℓᵀ) U_ℓᵀ`` (never materialising the out×in product).
+Every target weight W_ℓ (n×m) gets ``U_ℓ`` (n×r) and ``V_ℓ`` (m×r) with N(0, 1) entries
+drawn from the global seed — the same on every client. A client's model is
+``W_ℓ + U_ℓ A_ℓ V_ℓᵀ`` with a private r×r buffer ``A_ℓ``, applied in the forward pass
+without materialising the n×m product: an ``nn.Linear`` (W out×in) adds
+``((x V_ℓ) A_ℓᵀ) U_ℓᵀ`` to its output, an ``nn.Embedding`` (W rows×dim) adds
+``(U_ℓ[ids] A_ℓ) V_ℓᵀ`` to the rows it looks up.
+
+Which weights are targets (``layers``): ``all_2d``, the paper's Algorithm 1 ("foreach ℓ-th
+2D layer"; Appendix A: "each two-dimensional weight matrix maintains an additional
+buffer"), is every Linear and Embedding weight. An output head tied to the input
+embeddings is that embedding's layer, not another: its forward adds the embedding's
+low-rank term in the Linear form, so head and embedding stay one matrix (as folding it
+into W keeps them). An untied head is a layer of its own. ``linear`` is every Linear but
+the head (the embeddings and head frozen), what SubCGE covered before ``all_2d``.
 A perturbation with seed s picks one canonical pair (i_ℓ, j_ℓ) per layer, i.e.
 z_ℓ = U_ℓ[:, i] V_ℓ[:, j]ᵀ, which is the coordinate E_ij in A-space: applying a message
 (s, c) is ``A_ℓ[i_ℓ, j_ℓ] −= c`` for every layer, O(#layers) whatever the model size.
@@ -24,23 +34,80 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from decent.core.errors import ConfigError
 from decent.core.storable import storable
+from decent.models.label_logits import OUTPUT_HOOKED
 from decent.zo import mezo
+
+LAYER_SETS = ("all_2d", "linear")
+# an Embedding subclass whose forward computes its own indices, and how to read them:
+# OPT's learned positions look up position_ids + offset (transformers'
+# OPTLearnedPositionalEmbedding.forward; the decoder passes position_ids by keyword)
+POSITIONAL = ("OPTLearnedPositionalEmbedding",)
+
+
+def output_head(model: nn.Module) -> nn.Module | None:
+    find = getattr(model, "get_output_embeddings", None)
+    return find() if callable(find) else None
+
+
+def target_names(model: nn.Module, layers: str, exclude: Sequence[str] = ()) -> list[str]:
+    """The modules whose weight SubCGE perturbs, in ``named_modules`` order."""
+    head = output_head(model)
+    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    tied = head is not None and any(head.weight is e.weight for e in embeddings)
+    names = []
+    for name, m in model.named_modules():
+        if any(x in name for x in exclude):
+            continue
+        if isinstance(m, nn.Linear):
+            # linear: the head stays out (it was frozen with the embeddings); all_2d: a
+            # tied head is its embedding's layer, an untied one its own
+            if m is head and (layers == "linear" or tied):
+                continue
+            names.append(name)
+        elif isinstance(m, nn.Embedding) and layers == "all_2d":
+            if type(m).forward is not nn.Embedding.forward \
+                    and type(m).__name__ not in POSITIONAL:
+                raise ConfigError("strategy.layers", f"all_2d: the embedding {name} "
+                                  f"({type(m).__name__}) looks up indices of its own making, "
+                                  "which SubCGE cannot read; use strategy.layers linear")
+            names.append(name)
+    return names
+
+
+def tied_head(model: nn.Module, basis: SubspaceBasis) -> tuple[nn.Module, int] | None:
+    """The output head and the layer of the embedding it shares its weight with (None:
+    no head, or one not tied to a target embedding)."""
+    head = output_head(model)
+    if head is None or not isinstance(head, nn.Linear):
+        return None
+    for ell, name in enumerate(basis.names):
+        target = model.get_submodule(name)
+        if isinstance(target, nn.Embedding) and target.weight is head.weight:
+            return head, ell
+    return None
+
+
+def embedding_indices(module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor:
+    """The rows an embedding's forward looks up (:data:`POSITIONAL` for the kinds that
+    compute them)."""
+    if type(module).forward is nn.Embedding.forward:
+        return args[0] if args else kwargs["input"]
+    positions = kwargs.get("position_ids")
+    if positions is None:
+        raise RuntimeError(f"{type(module).__name__} was called without position_ids, "
+                           "which SubCGE reads to add its low-rank rows")
+    return positions + module.offset  # type: ignore[operator]
 
 
 @storable(fields=('names', 'shapes', 'device', 'rank', 'U', 'V'))
 class SubspaceBasis:
-    """The shared U_ℓ, V_ℓ of every target Linear layer (one instance per process)."""
+    """The shared U_ℓ, V_ℓ of every target layer (one instance per process)."""
 
     def __init__(self, model: nn.Module, rank: int, seed: int,
-                 exclude: Sequence[str] = ()) -> None:
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") \
-            else None
-        # the output head is tied to the input embeddings in decent's LLMs, and the
-        # classification path reads its weight directly: it stays out of the subspace
-        self.names = [name for name, m in model.named_modules()
-                      if isinstance(m, nn.Linear) and m is not head
-                      and not any(x in name for x in exclude)]
+                 exclude: Sequence[str] = (), layers: str = "all_2d") -> None:
+        self.names = target_names(model, layers, exclude)
         self.shapes = [tuple(model.get_submodule(n).weight.shape) for n in self.names]
         self.device = model.get_submodule(self.names[0]).weight.device if self.names \
             else torch.device("cpu")
@@ -108,20 +175,43 @@ class SubCGEState:
 
 
 def attach(model: nn.Module, basis: SubspaceBasis, state: SubCGEState) -> list[RemovableHandle]:
-    """Forward hooks adding ``((x V) (A + delta)ᵀ) Uᵀ`` to each target layer's output.
+    """Forward hooks adding each target's low-rank term (A + delta) to its output.
 
-    nn.Linear computes y = x Wᵀ; with W' = W + U A Vᵀ, x W'ᵀ = x Wᵀ + x V Aᵀ Uᵀ."""
-    handles = []
-    for ell, name in enumerate(basis.names):
-        def hook(module: nn.Module, inputs: tuple, output: torch.Tensor,
-                 ell: int = ell) -> torch.Tensor:
-            a = state.A[ell] if state.delta is None else state.A[ell] + state.delta[ell]
+    nn.Linear computes y = x Wᵀ; with W' = W + U A Vᵀ, x W'ᵀ = x Wᵀ + x V Aᵀ Uᵀ.
+    nn.Embedding looks up W[ids]; W'[ids] = W[ids] + U[ids] A Vᵀ. A head tied to an
+    embedding is y = h Wᵀ with that W: the Linear form, with the embedding's U, V, A."""
+
+    def a_of(ell: int, dtype: torch.dtype) -> torch.Tensor:
+        a = state.A[ell] if state.delta is None else state.A[ell] + state.delta[ell]
+        return a.to(dtype)
+
+    def linear_hook(ell: int) -> Callable[..., torch.Tensor]:
+        def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
             x = inputs[0]
             U, V = basis.factors(x.dtype)
-            low = ((x @ V[ell]) @ a.T.to(x.dtype)) @ U[ell].T
-            return output + low
+            return output + ((x @ V[ell]) @ a_of(ell, x.dtype).T) @ U[ell].T
+        return hook
 
-        handles.append(model.get_submodule(name).register_forward_hook(hook))
+    def embedding_hook(ell: int) -> Callable[..., torch.Tensor]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict,
+                 output: torch.Tensor) -> torch.Tensor:
+            U, V = basis.factors(output.dtype)
+            rows = U[ell][embedding_indices(module, args, kwargs)]
+            return output + (rows @ a_of(ell, output.dtype)) @ V[ell].T
+        return hook
+
+    handles = []
+    for ell, name in enumerate(basis.names):
+        module = model.get_submodule(name)
+        if isinstance(module, nn.Embedding):
+            handles.append(module.register_forward_hook(embedding_hook(ell), with_kwargs=True))
+        else:
+            handles.append(module.register_forward_hook(linear_hook(ell)))
+    tied = tied_head(model, basis)
+    if tied is not None:
+        head, ell = tied
+        handles.append(head.register_forward_hook(linear_hook(ell)))
+        OUTPUT_HOOKED.add(head)  # label-word logits must go through its forward
     return handles
 
 
