@@ -5,6 +5,7 @@
     decent verify RUN_DIR                    check a run's checkpoints, rows and summary
     decent verify --rerun RUN_DIR [--rounds K] run a record again, compare its rows
     decent verify --rerun RUN_DIR --measure-tolerance  measure how far its floats move
+    decent plan SWEEP.yaml [...] --measure 2 what a sweep's grid costs here (or --record)
     decent topo NAME --n 16 [...]            describe a communication graph
     decent doctor [--gpu]                    this machine; --gpu: every GPU path, checked
     decent config show CONFIG [key=value ...] the resolved config, every default filled in
@@ -31,6 +32,16 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     report(run(cfg))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from decent.tools.plan import plan
+
+    configs = [a for a in args.configs if "=" not in a]
+    overrides = [*(a for a in args.configs if "=" in a), *args.overrides]
+    print(plan(configs, overrides, args.grid, args.seeds, args.measure, args.probe or [],
+               args.record, args.save))
     return 0
 
 
@@ -177,6 +188,7 @@ DOCS = {
     "run": "docs/get-started/first-experiment.md, docs/guides/configs.md",
     "sweep": "docs/guides/sweeps-and-reports.md",
     "report": "docs/guides/sweeps-and-reports.md",
+    "plan": "docs/guides/sweeps-and-reports.md",
     "resume": "docs/guides/churn-and-resume.md",
     "verify": "docs/guides/churn-and-resume.md, docs/guides/reproducibility.md",
     "doctor": "docs/guides/gpus.md",
@@ -271,6 +283,24 @@ def parser() -> argparse.ArgumentParser:
                    "import this .py file or module first (repeatable), for a component of "
                    "your own; importing runs its code")
     g.set_defaults(func=_config)
+    n = command("plan", help="what a sweep's grid costs on this machine, per method, "
+                "from a measured probe or a saved record")
+    n.add_argument("configs", nargs="+", metavar="CONFIG", help="sweep configs (one method "
+                   "each, their sweep: grids), then key=value overrides for every cell")
+    n.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="values to combine, "
+                   "added to each config's sweep: grid (as for sweep)")
+    n.add_argument("--seeds", type=int, help="seeds per combination (default: the "
+                   "config's sweep.seeds)")
+    n.add_argument("--measure", type=int, default=0, metavar="ROUNDS",
+                   help="probe each method here: its first cell at the grid's smallest "
+                   "client count, ROUNDS rounds (≥ 2; the first left out) and one "
+                   "evaluation, on backend local")
+    n.add_argument("--probe", nargs="+", metavar="KEY=VALUE", help="overrides for the "
+                   "probes only (e.g. topology.n=2 model.path=smollm2-135m)")
+    n.add_argument("--record", help="price the grid from this saved record instead of "
+                   "measuring (what --save wrote, e.g. on a GPU machine)")
+    n.add_argument("--save", help="write the probes measured to this JSON record")
+    n.set_defaults(func=_plan, overrides=[])
     t = command("topo", help="describe a topology")
     t.add_argument("name")
     t.add_argument("--n", type=int, default=16)
