@@ -51,6 +51,16 @@ def test_value_at_interpolates_linearly_and_never_extrapolates(runs):
     assert value_at(fedavg, "gmp_loss", "bytes_total", 3500) is None
 
 
+def test_an_initial_evaluation_starts_the_curve_at_zero_bytes(runs):
+    """With eval.initial the model before training is the curve's point at 0 bytes: a
+    budget below the first round's bytes is read between it and that round."""
+    (fedavg,) = [r for r in find_runs([str(runs)]) if r.path.name == "fedavg-s0"]
+    fedavg.summary["initial_gmp_loss"] = 3.4
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 0) == pytest.approx(3.4)
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 250) == pytest.approx(3.4 - 0.4 / 4)
+    assert value_at(fedavg, "gmp_loss", "bytes_total", 1800) == pytest.approx(2.6 + 0.4 * 0.2)
+
+
 def test_paired_differences_at_the_end_and_at_equal_bytes(runs):
     found = find_runs([str(runs)])
     keys = ["strategy.name", "strategy.merge_warmup_steps"]

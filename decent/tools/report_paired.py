@@ -34,8 +34,12 @@ def _text(value: Any) -> str:
 def value_at(run: Run, metric: str, x: str, at: float) -> float | None:
     """``metric`` of the run at budget ``at`` of the summary quantity ``x`` (bytes_total,
     sim_time_total_s), linearly interpolated between the logged evaluations around it;
-    None outside the logged range (never extrapolated)."""
-    points = [(row[x], row[metric]) for row in run.rows if metric in row and x in row]
+    None outside the logged range (never extrapolated). A run evaluated before training
+    (``eval.initial``) starts its curve there, at 0 bytes and 0 s: a method that has sent
+    nothing yet stands at its initial model."""
+    before = run.summary.get(f"initial_{metric}")
+    points = [(0.0, before)] if before is not None else []
+    points += [(row[x], row[metric]) for row in run.rows if metric in row and x in row]
     for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if x0 <= at <= x1:
             return y0 if x1 == x0 else y0 + (y1 - y0) * (at - x0) / (x1 - x0)
