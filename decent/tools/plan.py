@@ -14,7 +14,9 @@ evaluated example × evaluated examples, per cell, summed per method: it assumes
 round's cost grows linearly with its clients (SeedFlood's batched rounds measured
 ×10.4 from 128 to 1 024 clients, ``benchmarks/results/seedflood_scale.txt``) and that
 every cell's prompts cost what the probe's task's do (BoolQ's are longer than SST-2's:
-probe it with ``--probe task.name=boolq`` to price those cells apart)."""
+probe it with ``--probe task.name=boolq`` to price those cells apart). Part of an
+evaluation does not grow with its examples (the clients' mean model, their distances to
+it), so the probe's evaluation is best timed at the cells' own held-out sizes."""
 
 from __future__ import annotations
 
