@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -95,9 +94,8 @@ class Probe:
 
 
 def probe_config(trial: Trial, path: str, rounds: int, extra: list[str]) -> RunConfig:
-    scratch = tempfile.mkdtemp(prefix="decent-plan-")
-    return load_config(path, [*trial.overrides, f"rounds={rounds}", *PROBE_FIXED,
-                              f"tracking.out_dir={scratch}", *extra])
+    # run by an engine alone (no runner): nothing is written, so no run directory
+    return load_config(path, [*trial.overrides, f"rounds={rounds}", *PROBE_FIXED, *extra])
 
 
 def measure(cfg: RunConfig, label: str, source: str) -> Probe:
